@@ -1,0 +1,2 @@
+//! Placeholder until the hedge benchmarks land.
+fn main() {}

@@ -1,0 +1,2 @@
+//! Placeholder until the sketch benchmarks land.
+fn main() {}
