@@ -8,4 +8,11 @@
 #[cfg(feature = "std")]
 extern crate std;
 
+pub mod mapping;
+mod sketch;
+pub mod store;
 mod sync;
+
+pub use mapping::{CubicMapping, IndexMapping, LinearMapping, LogarithmicMapping, MappingError};
+pub use sketch::{Collapsed, DDSketch, FromRelativeAccuracy, SignedSketch, SketchError};
+pub use store::{CollapsingHighestStore, CollapsingLowestStore, NoStore, Store};

@@ -1,0 +1,379 @@
+//! Index mappings: how a value becomes a bucket key, and back.
+//!
+//! A mapping turns a positive value `v` into an integer key
+//! `floor(log(v) · multiplier + index_offset)`, where `log` is the natural
+//! logarithm or a cheaper approximation of a logarithm, and the multiplier is
+//! chosen so that consecutive bucket bounds are never more than
+//! `γ = (1 + α) / (1 − α)` apart. The representative value of a bucket,
+//! `lower · (1 + α)`, is then within relative distance α of every value the
+//! bucket covers.
+//!
+//! | mapping | `log` | buckets vs exact | cost of `index` |
+//! |---|---|---|---|
+//! | [`LogarithmicMapping`] | `ln` (libm) | 1× (memory-optimal) | one `ln` call |
+//! | [`CubicMapping`] | exponent + cubic in the mantissa | ≈ 1.01× | a few multiply-adds |
+//! | [`LinearMapping`] | exponent + mantissa | ≈ 1.44× | one add |
+//!
+//! The conventions (floor keys, `γ` and index offset per mapping, relative
+//! accuracy derived from them) follow DataDog's Go and Java libraries so that a
+//! wire format can interoperate.
+
+mod cubic;
+mod linear;
+mod logarithmic;
+
+use core::fmt;
+use core::marker::PhantomData;
+
+pub use cubic::CubicLog;
+pub use linear::LinearLog;
+pub use logarithmic::NaturalLog;
+
+/// The memory-optimal mapping: exact natural logarithm through `libm`.
+pub type LogarithmicMapping = LogLikeMapping<NaturalLog>;
+/// The fast mapping: the float's exponent plus a cubic in its mantissa; about
+/// 1 % more buckets than [`LogarithmicMapping`], no `ln` call. The default.
+pub type CubicMapping = LogLikeMapping<CubicLog>;
+/// The fastest mapping: the float's exponent plus its mantissa, linearly;
+/// about 44 % more buckets than [`LogarithmicMapping`].
+pub type LinearMapping = LogLikeMapping<LinearLog>;
+
+/// How a mapping interpolates between powers of its base, as DataDog's
+/// `ddsketch.proto` numbers it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[repr(u8)]
+pub enum Interpolation {
+    /// Exact logarithm.
+    None = 0,
+    /// Linear interpolation of `log2` between powers of two.
+    Linear = 1,
+    /// Quadratic interpolation (not offered by this crate; listed for the wire format).
+    Quadratic = 2,
+    /// Cubic interpolation of `log2` between powers of two.
+    Cubic = 3,
+}
+
+/// Maps positive values to integer bucket keys and keys back to values.
+///
+/// Every implementation keeps the relative-accuracy guarantee: for every `v`
+/// in `[min_indexable_value, max_indexable_value]`,
+/// `|value(index(v)) − v| ≤ relative_accuracy · v` (up to floating-point
+/// rounding of a few ulps).
+pub trait IndexMapping: Copy + fmt::Debug + PartialEq {
+    /// The interpolation, for the wire format.
+    const INTERPOLATION: Interpolation;
+
+    /// The key of the bucket that holds `value`.
+    ///
+    /// `value` must lie in `[min_indexable_value, max_indexable_value]`; the
+    /// sketch checks this before calling. Outside that range the result is
+    /// still a valid `i32` (saturated), never a panic, but carries no
+    /// accuracy guarantee.
+    fn index(&self, value: f64) -> i32;
+
+    /// The smallest value that maps to `index`.
+    fn lower_bound(&self, index: i32) -> f64;
+
+    /// The value that represents bucket `index`: `lower_bound(index) · (1 + α)`.
+    fn value(&self, index: i32) -> f64 {
+        self.lower_bound(index) * (1.0 + self.relative_accuracy())
+    }
+
+    /// The guaranteed relative accuracy α.
+    fn relative_accuracy(&self) -> f64;
+
+    /// The mapping's own γ: the base whose logarithm the mapping approximates
+    /// (`multiplier = ln(base) / ln(γ)`), as the wire format stores it.
+    fn gamma(&self) -> f64;
+
+    /// The index offset: the key of the bucket whose lower bound is 1,
+    /// as the wire format stores it.
+    fn index_offset(&self) -> f64;
+
+    /// The smallest positive value that gets its own bucket; smaller
+    /// magnitudes are counted in the zero bucket.
+    fn min_indexable_value(&self) -> f64;
+
+    /// The largest value that can be added.
+    fn max_indexable_value(&self) -> f64;
+}
+
+/// Why a mapping could not be built.
+#[derive(Clone, Copy, Debug, PartialEq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[non_exhaustive]
+pub enum MappingError {
+    /// The relative accuracy must lie strictly between 0 and 1.
+    InvalidRelativeAccuracy(f64),
+    /// γ must be finite and greater than 1.
+    InvalidGamma(f64),
+    /// The index offset must be finite and small enough that keys fit `i32`.
+    InvalidIndexOffset(f64),
+}
+
+impl fmt::Display for MappingError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::InvalidRelativeAccuracy(a) => write!(
+                f,
+                "relative accuracy {a} is not in (0, 1); pick e.g. 0.01 for 1 % error"
+            ),
+            Self::InvalidGamma(g) => write!(
+                f,
+                "gamma {g} is not a finite number greater than 1; derive it from a relative accuracy instead"
+            ),
+            Self::InvalidIndexOffset(o) => write!(
+                f,
+                "index offset {o} is not finite or pushes keys out of i32; use 0 unless decoding a foreign sketch"
+            ),
+        }
+    }
+}
+
+impl core::error::Error for MappingError {}
+
+/// An approximation of a logarithm, and its exact inverse: what tells the
+/// three log-like mappings apart.
+///
+/// Implemented by the zero-sized markers [`NaturalLog`], [`CubicLog`] and
+/// [`LinearLog`]; not meant to be implemented outside this crate, since the
+/// accuracy guarantee rests on [`CORRECTING_FACTOR`](Self::CORRECTING_FACTOR)
+/// being right.
+pub trait LogApproximation: Copy + fmt::Debug + PartialEq {
+    /// The interpolation, for the wire format.
+    const INTERPOLATION: Interpolation;
+    /// `ln` of the base this approximates the logarithm of.
+    const LN_BASE: f64;
+    /// The infimum over `v` of `d log(v) / d ln(v) / ln(base)`, times `1/ln(base)`:
+    /// how much less than the exact logarithm this one can pull two values
+    /// apart. Scales the multiplier so the α guarantee holds everywhere.
+    const CORRECTING_FACTOR: f64;
+    /// Approximate logarithm of a positive normal `v`.
+    fn log(v: f64) -> f64;
+    /// The exact inverse of [`log`](Self::log).
+    fn exp(x: f64) -> f64;
+}
+
+/// A mapping built from a [`LogApproximation`]: see the module docs.
+#[derive(Clone, Copy, PartialEq)]
+pub struct LogLikeMapping<L> {
+    multiplier: f64,
+    index_offset: f64,
+    relative_accuracy: f64,
+    min_indexable: f64,
+    max_indexable: f64,
+    approximation: PhantomData<L>,
+}
+
+impl<L: LogApproximation> LogLikeMapping<L> {
+    /// A mapping that guarantees relative accuracy `relative_accuracy` (α),
+    /// with index offset 0.
+    ///
+    /// # Errors
+    /// [`MappingError::InvalidRelativeAccuracy`] unless `0 < α < 1`, or if α
+    /// is so small that the keys of ordinary values would not fit `i32`
+    /// (below about `1e-7`).
+    pub fn new(relative_accuracy: f64) -> Result<Self, MappingError> {
+        let a = relative_accuracy;
+        // `!(a > 0.0 && a < 1.0)` also rejects NaN.
+        if !(a > 0.0 && a < 1.0) {
+            return Err(MappingError::InvalidRelativeAccuracy(a));
+        }
+        let ln_gamma = libm::log1p(2.0 * a / (1.0 - a));
+        let multiplier = L::CORRECTING_FACTOR * L::LN_BASE / ln_gamma;
+        Self::build(multiplier, 0.0, a).ok_or(MappingError::InvalidRelativeAccuracy(a))
+    }
+
+    /// The mapping with the given own γ and index offset, as a wire format
+    /// carries them: `multiplier = ln(base) / ln(γ)`, and the relative
+    /// accuracy follows from γ.
+    ///
+    /// # Errors
+    /// [`MappingError::InvalidGamma`] unless γ is finite and `> 1`;
+    /// [`MappingError::InvalidIndexOffset`] unless the offset is finite and
+    /// leaves the indexable range non-empty.
+    pub fn with_gamma(gamma: f64, index_offset: f64) -> Result<Self, MappingError> {
+        if !(gamma > 1.0 && gamma.is_finite()) {
+            return Err(MappingError::InvalidGamma(gamma));
+        }
+        if !index_offset.is_finite() || index_offset.abs() > f64::from(i32::MAX) / 2.0 {
+            return Err(MappingError::InvalidIndexOffset(index_offset));
+        }
+        let ln_gamma = libm::log(gamma);
+        let multiplier = L::LN_BASE / ln_gamma;
+        let relative_accuracy = 1.0 - 2.0 / (1.0 + libm::exp(L::CORRECTING_FACTOR * ln_gamma));
+        if !(relative_accuracy > 0.0 && relative_accuracy < 1.0) {
+            return Err(MappingError::InvalidGamma(gamma));
+        }
+        Self::build(multiplier, index_offset, relative_accuracy)
+            .ok_or(MappingError::InvalidIndexOffset(index_offset))
+    }
+
+    fn build(multiplier: f64, index_offset: f64, relative_accuracy: f64) -> Option<Self> {
+        let gamma_exact = (1.0 + relative_accuracy) / (1.0 - relative_accuracy);
+        // Keep one base-unit of margin from the i32 key limits, and stay on
+        // normal floats so the bit-level logs are valid.
+        let lowest = (f64::from(i32::MIN) - index_offset) / multiplier + 1.0;
+        let highest = (f64::from(i32::MAX) - index_offset) / multiplier - 1.0;
+        let min_indexable = (f64::MIN_POSITIVE * gamma_exact).max(L::exp(lowest));
+        let max_indexable = (f64::MAX / (1.0 + relative_accuracy)).min(L::exp(highest));
+        let valid = multiplier.is_finite()
+            && multiplier > 0.0
+            && min_indexable.is_finite()
+            && max_indexable.is_finite()
+            && min_indexable < 1.0
+            && max_indexable > 1.0;
+        valid.then_some(Self {
+            multiplier,
+            index_offset,
+            relative_accuracy,
+            min_indexable,
+            max_indexable,
+            approximation: PhantomData,
+        })
+    }
+
+    /// Keys per unit of the approximated logarithm.
+    pub fn multiplier(&self) -> f64 {
+        self.multiplier
+    }
+
+    /// How many buckets cover `[low, high]` (both positive): the capacity a
+    /// store needs so that this range never collapses. Returns `None` for an
+    /// invalid range.
+    ///
+    /// ```
+    /// use tailguard::mapping::{CubicMapping, LogarithmicMapping};
+    /// let exact = LogarithmicMapping::new(0.01).unwrap();
+    /// // 1 µs to 100 s in nanoseconds at α = 1 %:
+    /// assert_eq!(exact.buckets_for_range(1e3, 1e11), Some(922));
+    /// let cubic = CubicMapping::new(0.01).unwrap();
+    /// assert_eq!(cubic.buckets_for_range(1e3, 1e11), Some(931));
+    /// ```
+    pub fn buckets_for_range(&self, low: f64, high: f64) -> Option<u32> {
+        let ok = low >= self.min_indexable && high <= self.max_indexable && low <= high;
+        let span = i64::from(self.index(high)) - i64::from(self.index(low)) + 1;
+        ok.then(|| u32::try_from(span).ok()).flatten()
+    }
+}
+
+impl<L: LogApproximation> IndexMapping for LogLikeMapping<L> {
+    const INTERPOLATION: Interpolation = L::INTERPOLATION;
+
+    #[inline(always)]
+    fn index(&self, value: f64) -> i32 {
+        floor_to_i32(L::log(value) * self.multiplier + self.index_offset)
+    }
+
+    fn lower_bound(&self, index: i32) -> f64 {
+        L::exp((f64::from(index) - self.index_offset) / self.multiplier)
+    }
+
+    fn relative_accuracy(&self) -> f64 {
+        self.relative_accuracy
+    }
+
+    fn gamma(&self) -> f64 {
+        libm::exp(L::LN_BASE / self.multiplier)
+    }
+
+    fn index_offset(&self) -> f64 {
+        self.index_offset
+    }
+
+    fn min_indexable_value(&self) -> f64 {
+        self.min_indexable
+    }
+
+    fn max_indexable_value(&self) -> f64 {
+        self.max_indexable
+    }
+}
+
+impl<L: LogApproximation> fmt::Debug for LogLikeMapping<L> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LogLikeMapping")
+            .field("interpolation", &L::INTERPOLATION)
+            .field("relative_accuracy", &self.relative_accuracy)
+            .field("multiplier", &self.multiplier)
+            .field("index_offset", &self.index_offset)
+            .finish()
+    }
+}
+
+/// `floor(x)` as `i32`, branch-free; saturates outside the `i32` range and
+/// maps NaN to 0 (Rust's `as` semantics), never panics.
+#[inline(always)]
+fn floor_to_i32(x: f64) -> i32 {
+    let truncated = x as i32;
+    // Truncation rounds toward zero: step down once for negative non-integers.
+    truncated.saturating_sub(i32::from(f64::from(truncated) > x))
+}
+
+/// Splits a positive normal float into `(exponent, significand − 1)`, the
+/// latter in `[0, 1)`.
+#[inline(always)]
+fn split_float(v: f64) -> (f64, f64) {
+    const MANTISSA: u64 = (1 << 52) - 1;
+    let bits = v.to_bits();
+    let exponent = ((bits >> 52) & 0x7ff) as i32 - 1023;
+    let significand = f64::from_bits((bits & MANTISSA) | 1.0f64.to_bits());
+    (f64::from(exponent), significand - 1.0)
+}
+
+/// `(1 + s) · 2^exponent` for `s` in `[0, 1]`, any exponent (saturates to 0
+/// or infinity).
+fn build_float(exponent: f64, s: f64) -> f64 {
+    // `as i32` saturates for huge exponents; scalbn handles any i32.
+    libm::scalbn(1.0 + s, exponent as i32)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn floor_matches_libm() {
+        for &x in &[0.0, -0.0, 0.5, -0.5, 1.0, -1.0, 2.999, -2.999, 1e9, -1e9] {
+            assert_eq!(f64::from(floor_to_i32(x)), libm::floor(x), "{x}");
+        }
+        assert_eq!(floor_to_i32(f64::NAN), 0);
+        assert_eq!(floor_to_i32(1e300), i32::MAX);
+        assert_eq!(floor_to_i32(-1e300), i32::MIN);
+    }
+
+    #[test]
+    fn rejects_invalid_configuration() {
+        for a in [0.0, 1.0, -0.1, f64::NAN, f64::INFINITY, 1e-300] {
+            assert!(CubicMapping::new(a).is_err(), "{a}");
+        }
+        assert_eq!(
+            CubicMapping::with_gamma(1.0, 0.0),
+            Err(MappingError::InvalidGamma(1.0))
+        );
+        assert!(CubicMapping::with_gamma(1.02, f64::NAN).is_err());
+        assert!(CubicMapping::with_gamma(1.02, 3e9).is_err());
+    }
+
+    fn round_trip<L: LogApproximation>(m: LogLikeMapping<L>) {
+        let again = LogLikeMapping::<L>::with_gamma(m.gamma(), m.index_offset()).unwrap();
+        assert!((again.multiplier() - m.multiplier()).abs() <= 1e-9 * m.multiplier());
+        assert!((again.relative_accuracy() - m.relative_accuracy()).abs() <= 1e-12);
+    }
+
+    #[test]
+    fn gamma_and_offset_rebuild_the_same_mapping() {
+        for a in [0.001, 0.01, 0.05, 0.5] {
+            round_trip(LogarithmicMapping::new(a).unwrap());
+            round_trip(CubicMapping::new(a).unwrap());
+            round_trip(LinearMapping::new(a).unwrap());
+        }
+    }
+
+    #[test]
+    fn exact_mapping_gamma_is_the_textbook_one() {
+        let m = LogarithmicMapping::new(0.01).unwrap();
+        assert!((m.gamma() - 1.01 / 0.99).abs() < 1e-12);
+    }
+}

@@ -1,0 +1,566 @@
+//! The DDSketch: a quantile sketch with a relative-error guarantee.
+
+use crate::mapping::{CubicMapping, IndexMapping, MappingError};
+use crate::store::{CollapsingLowestStore, NoStore, Store, StoreCollapse};
+use core::fmt;
+
+/// A DDSketch of `f64` samples (Masson, Rim & Lee, PVLDB 2019) in fixed
+/// memory.
+///
+/// * `M` maps values to bucket keys: [`CubicMapping`] (default),
+///   [`LogarithmicMapping`](crate::mapping::LogarithmicMapping) or
+///   [`LinearMapping`](crate::mapping::LinearMapping).
+/// * `P` stores positive values: [`CollapsingLowestStore<1024>`] by default,
+///   which covers a dynamic range of `2^(1024 / 35)` ≈ 6·10⁸ (1 µs to
+///   10 minutes in nanoseconds) at α = 1 % before it collapses.
+/// * `N` stores negative values, keyed on `−v`: [`NoStore`] by default, so
+///   the default sketch rejects negative values and takes 4 KiB plus 120 bytes;
+///   use [`SignedSketch`] for data of both signs.
+///
+/// Zero, and magnitudes below the mapping's
+/// [`min_indexable_value`](IndexMapping::min_indexable_value) (≈ 2·10⁻³⁰⁸,
+/// subnormals and `-0.0` included), are counted in a zero bucket and
+/// reported as 0.
+///
+/// # Accuracy
+/// For every `q`, [`quantile(q)`](Self::quantile) returns a value within
+/// relative distance α of the exact lower quantile `sorted[⌊q·(n−1)⌋]`, as
+/// long as no bucket on the way has collapsed: after a collapse of the
+/// lowest buckets, quantiles whose exact value lies at or above
+/// [`collapse`](Self::collapse)`().bound` keep the guarantee and those below
+/// it are over-estimated (never under-estimated). Answers are clamped into
+/// the exact `[min, max]`.
+///
+/// # Example
+/// ```
+/// use tailguard::DDSketch;
+///
+/// let mut sketch = DDSketch::new(0.01)?; // α = 1 %, 4 KiB, cubic mapping
+/// for latency_ns in 1_000..=100_000u32 {
+///     sketch.add(f64::from(latency_ns))?; // a few ns each, no allocation
+/// }
+/// let p99 = sketch.quantile(0.99)?.expect("not empty");
+/// assert!((p99 - 99_010.0).abs() <= 0.01 * 99_010.0);
+/// # Ok::<(), tailguard::SketchError>(())
+/// ```
+#[derive(Clone)]
+pub struct DDSketch<M = CubicMapping, P = CollapsingLowestStore<1024>, N = NoStore> {
+    mapping: M,
+    positive: P,
+    negative: N,
+    zero_count: u64,
+    min: f64,
+    max: f64,
+    sum: f64,
+    // Copies of the mapping's bounds, so `add` reads no trait method.
+    min_indexable: f64,
+    max_indexable: f64,
+}
+
+/// A sketch that takes values of both signs: the same store type for both.
+pub type SignedSketch<M = CubicMapping, S = CollapsingLowestStore<1024>> = DDSketch<M, S, S>;
+
+/// Why a sketch operation could not be carried out.
+#[derive(Clone, Copy, Debug, PartialEq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[non_exhaustive]
+pub enum SketchError {
+    /// The value was NaN; nothing was added.
+    NotANumber,
+    /// The value's magnitude exceeds the mapping's
+    /// [`max_indexable_value`](IndexMapping::max_indexable_value) (≈ 1.7·10³⁰⁸
+    /// at α = 1 %), or is infinite; nothing was added.
+    ValueOutOfRange(f64),
+    /// The value was negative and the sketch has no negative store
+    /// ([`NoStore`]); nothing was added. Use [`SignedSketch`] for signed data.
+    NegativeValue(f64),
+    /// The quantile was NaN or outside `[0, 1]`.
+    InvalidQuantile(f64),
+    /// The two sketches use different mappings, so their buckets do not
+    /// line up; nothing was merged.
+    MappingMismatch,
+    /// The mapping could not be built.
+    Mapping(MappingError),
+}
+
+impl fmt::Display for SketchError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::NotANumber => f.write_str("the value is NaN; filter NaNs before adding"),
+            Self::ValueOutOfRange(v) => write!(
+                f,
+                "the value {v} is beyond the largest indexable magnitude; clamp it or use a larger relative accuracy"
+            ),
+            Self::NegativeValue(v) => write!(
+                f,
+                "the value {v} is negative and this sketch has no negative store; use SignedSketch"
+            ),
+            Self::InvalidQuantile(q) => write!(f, "the quantile {q} is not in [0, 1]"),
+            Self::MappingMismatch => f.write_str(
+                "the sketches use different index mappings; merge only sketches built with the same mapping",
+            ),
+            Self::Mapping(e) => fmt::Display::fmt(e, f),
+        }
+    }
+}
+
+impl core::error::Error for SketchError {
+    fn source(&self) -> Option<&(dyn core::error::Error + 'static)> {
+        match self {
+            Self::Mapping(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl From<MappingError> for SketchError {
+    fn from(e: MappingError) -> Self {
+        Self::Mapping(e)
+    }
+}
+
+/// What collapsing has cost one of the sketch's stores.
+#[derive(Clone, Copy, Debug, PartialEq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct Collapsed {
+    /// Samples counted in the collapsed bucket although they belonged to
+    /// another one.
+    pub samples: u64,
+    /// The magnitude that separates exact buckets from the collapsed one:
+    /// for a collapsing-lowest store, quantiles whose exact magnitude is
+    /// `>= bound` keep the α guarantee and smaller ones are over-estimated;
+    /// for a collapsing-highest store, magnitudes `< bound` keep it and
+    /// larger ones are under-estimated.
+    pub bound: f64,
+}
+
+impl DDSketch {
+    /// An empty default sketch (cubic mapping, 1024 collapsing-lowest
+    /// buckets, no negative values) with relative accuracy α.
+    ///
+    /// # Errors
+    /// [`SketchError::Mapping`] if α is not in `(0, 1)`.
+    pub fn new(relative_accuracy: f64) -> Result<Self, SketchError> {
+        Self::with_accuracy(relative_accuracy)
+    }
+}
+
+impl<M: IndexMapping, P: Store, N: Store> DDSketch<M, P, N> {
+    /// An empty sketch of any configuration with relative accuracy α; name
+    /// the type, e.g. `let s: SignedSketch = SignedSketch::with_accuracy(0.01)?;`.
+    ///
+    /// # Errors
+    /// [`SketchError::Mapping`] if α is not in `(0, 1)`.
+    pub fn with_accuracy(relative_accuracy: f64) -> Result<Self, SketchError>
+    where
+        M: FromRelativeAccuracy,
+    {
+        Ok(Self::with_mapping(M::from_relative_accuracy(
+            relative_accuracy,
+        )?))
+    }
+
+    /// An empty sketch over a given mapping.
+    pub fn with_mapping(mapping: M) -> Self {
+        Self {
+            mapping,
+            positive: P::default(),
+            negative: N::default(),
+            zero_count: 0,
+            min: f64::INFINITY,
+            max: f64::NEG_INFINITY,
+            sum: 0.0,
+            min_indexable: mapping.min_indexable_value(),
+            max_indexable: mapping.max_indexable_value(),
+        }
+    }
+
+    /// Adds one sample.
+    ///
+    /// # Errors
+    /// [`NotANumber`](SketchError::NotANumber),
+    /// [`ValueOutOfRange`](SketchError::ValueOutOfRange) (±infinity
+    /// included) or [`NegativeValue`](SketchError::NegativeValue); the
+    /// sketch is unchanged.
+    #[inline]
+    pub fn add(&mut self, value: f64) -> Result<(), SketchError> {
+        self.insert(value, 1)
+    }
+
+    /// Adds `weight` samples of the same value. A weight of 0 adds nothing
+    /// and succeeds.
+    ///
+    /// # Errors
+    /// As [`add`](Self::add).
+    #[inline]
+    pub fn add_weighted(&mut self, value: f64, weight: u32) -> Result<(), SketchError> {
+        if weight == 0 {
+            return if value.is_nan() {
+                Err(SketchError::NotANumber)
+            } else {
+                Ok(())
+            };
+        }
+        self.insert(value, weight)
+    }
+
+    #[inline(always)]
+    fn insert(&mut self, value: f64, weight: u32) -> Result<(), SketchError> {
+        // The common case, a positive normal value, in one range check (NaN
+        // fails it too).
+        if value >= self.min_indexable && value <= self.max_indexable {
+            self.positive.add(self.mapping.index(value), weight);
+            self.note(value, weight);
+            Ok(())
+        } else {
+            self.insert_other(value, weight)
+        }
+    }
+
+    #[inline(always)]
+    fn note(&mut self, value: f64, weight: u32) {
+        if value < self.min {
+            self.min = value;
+        }
+        if value > self.max {
+            self.max = value;
+        }
+        self.sum += value * f64::from(weight);
+    }
+
+    #[inline(never)]
+    fn insert_other(&mut self, value: f64, weight: u32) -> Result<(), SketchError> {
+        let magnitude = value.abs();
+        if value.is_nan() {
+            return Err(SketchError::NotANumber);
+        }
+        if magnitude > self.max_indexable {
+            return Err(SketchError::ValueOutOfRange(value));
+        }
+        if magnitude < self.min_indexable {
+            self.zero_count = self.zero_count.saturating_add(u64::from(weight));
+        } else if value < 0.0 {
+            if N::CAPACITY == 0 {
+                return Err(SketchError::NegativeValue(value));
+            }
+            self.negative.add(self.mapping.index(magnitude), weight);
+        } else {
+            self.positive.add(self.mapping.index(value), weight);
+        }
+        self.note(value, weight);
+        Ok(())
+    }
+
+    /// Samples stored, saturating at `u64::MAX`.
+    pub fn count(&self) -> u64 {
+        self.negative
+            .total()
+            .saturating_add(self.zero_count)
+            .saturating_add(self.positive.total())
+    }
+
+    /// Whether no sample has been stored.
+    pub fn is_empty(&self) -> bool {
+        self.count() == 0
+    }
+
+    /// Sum of the samples added (it may reach ±infinity for huge values).
+    pub fn sum(&self) -> Option<f64> {
+        (!self.is_empty()).then_some(self.sum)
+    }
+
+    /// The exact smallest sample, or `None` when empty.
+    pub fn min(&self) -> Option<f64> {
+        (!self.is_empty()).then_some(self.min)
+    }
+
+    /// The exact largest sample, or `None` when empty.
+    pub fn max(&self) -> Option<f64> {
+        (!self.is_empty()).then_some(self.max)
+    }
+
+    /// The mean of the samples, or `None` when empty.
+    pub fn mean(&self) -> Option<f64> {
+        self.sum().map(|s| s / self.count() as f64)
+    }
+
+    /// Samples counted in the zero bucket.
+    pub fn zero_count(&self) -> u64 {
+        self.zero_count
+    }
+
+    /// Samples dropped because a bucket counter was full (`u32::MAX`); they
+    /// are not in [`count`](Self::count). Zero unless one bucket received
+    /// over four billion samples.
+    pub fn saturated(&self) -> u64 {
+        self.positive
+            .saturated()
+            .saturating_add(self.negative.saturated())
+    }
+
+    /// Whether, and how much, the positive store has collapsed.
+    pub fn collapse(&self) -> Option<Collapsed> {
+        self.collapsed(self.positive.collapse())
+    }
+
+    /// Whether, and how much, the negative store has collapsed (magnitudes
+    /// of negative values).
+    pub fn negative_collapse(&self) -> Option<Collapsed> {
+        self.collapsed(self.negative.collapse())
+    }
+
+    fn collapsed(&self, c: Option<StoreCollapse>) -> Option<Collapsed> {
+        c.map(|c| Collapsed {
+            samples: c.samples,
+            bound: self.mapping.lower_bound(c.boundary),
+        })
+    }
+
+    /// The mapping.
+    pub fn mapping(&self) -> &M {
+        &self.mapping
+    }
+
+    /// The store of positive values.
+    pub fn positive_store(&self) -> &P {
+        &self.positive
+    }
+
+    /// The store of negative values (keyed on their magnitude).
+    pub fn negative_store(&self) -> &N {
+        &self.negative
+    }
+
+    /// The estimated `q`-quantile, `None` for an empty sketch.
+    ///
+    /// Cost: a walk over the occupied buckets from the nearer end, sixteen
+    /// counters a step, then one inverse mapping; no allocation.
+    ///
+    /// # Errors
+    /// [`SketchError::InvalidQuantile`] if `q` is NaN or outside `[0, 1]`.
+    pub fn quantile(&self, q: f64) -> Result<Option<f64>, SketchError> {
+        let n = self.count();
+        let rank = rank_of(q, n)?;
+        Ok((n > 0).then(|| self.value_at_rank(rank)))
+    }
+
+    /// The value of the sample of 0-based `rank` in ascending order.
+    fn value_at_rank(&self, rank: u64) -> f64 {
+        let negatives = self.negative.total();
+        let value = if rank < negatives {
+            let (lo, hi) = self.key_hint(-self.max, -self.min);
+            // Negative keys ascend with magnitude: most negative last.
+            self.negative
+                .key_at_rank(negatives - 1 - rank, lo, hi)
+                .map_or(self.min, |k| -self.mapping.value(k))
+        } else if rank - negatives < self.zero_count {
+            0.0
+        } else {
+            let (lo, hi) = self.key_hint(self.min, self.max);
+            self.positive
+                .key_at_rank(rank - negatives - self.zero_count, lo, hi)
+                .map_or(self.max, |k| self.mapping.value(k))
+        };
+        value.max(self.min).min(self.max)
+    }
+
+    /// Keys that cover magnitudes in `[low, high]`, one key of slack each
+    /// side for rounding.
+    fn key_hint(&self, low: f64, high: f64) -> (i32, i32) {
+        let key = |v: f64| {
+            let v = v.clamp(self.min_indexable, self.max_indexable);
+            self.mapping.index(v)
+        };
+        (key(low).saturating_sub(1), key(high).saturating_add(1))
+    }
+
+    /// Several quantiles in one pass over the buckets; `None` for an empty
+    /// sketch. The `qs` need not be sorted.
+    ///
+    /// ```
+    /// # use tailguard::DDSketch;
+    /// let mut s = DDSketch::new(0.01)?;
+    /// (1..=1000).try_for_each(|v| s.add(f64::from(v)))?;
+    /// let [p50, p99] = s.quantiles(&[0.5, 0.99])?.unwrap();
+    /// assert!((p50 - 500.0).abs() <= 5.0 && (p99 - 990.0).abs() <= 9.9);
+    /// # Ok::<(), tailguard::SketchError>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`SketchError::InvalidQuantile`] for the first invalid `q`.
+    pub fn quantiles<const K: usize>(
+        &self,
+        qs: &[f64; K],
+    ) -> Result<Option<[f64; K]>, SketchError> {
+        let n = self.count();
+        let mut ranks = [0u64; K];
+        for (r, &q) in ranks.iter_mut().zip(qs) {
+            *r = rank_of(q, n)?;
+        }
+        if n == 0 {
+            return Ok(None);
+        }
+        // Visit the ranks in ascending order: an insertion sort of indices.
+        let mut order = [0usize; K];
+        for (i, o) in order.iter_mut().enumerate() {
+            *o = i;
+        }
+        for i in 1..K {
+            let mut j = i;
+            while j > 0 && ranks.get(order[j - 1]) > ranks.get(order[j]) {
+                order.swap(j - 1, j);
+                j -= 1;
+            }
+        }
+        let mut out = [0.0; K];
+        let mut pending = order.iter().peekable();
+        let mut seen = 0u64;
+        // Buckets in ascending value order: negatives by falling magnitude,
+        // then zero, then positives.
+        let negatives = self
+            .negative
+            .bins()
+            .rev()
+            .map(|(k, c)| (Some((k, -1.0)), u64::from(c)));
+        let zeros = core::iter::once((None, self.zero_count));
+        let positives = self
+            .positive
+            .bins()
+            .map(|(k, c)| (Some((k, 1.0)), u64::from(c)));
+        for (bucket, count) in negatives.chain(zeros.filter(|z| z.1 > 0)).chain(positives) {
+            seen = seen.saturating_add(count);
+            let mut value = None;
+            while let Some(&&i) = pending.peek() {
+                match ranks.get(i) {
+                    Some(&r) if r < seen => {}
+                    _ => break,
+                }
+                let v = *value.get_or_insert_with(|| {
+                    let v = bucket.map_or(0.0, |(k, sign)| sign * self.mapping.value(k));
+                    v.max(self.min).min(self.max)
+                });
+                if let Some(slot) = out.get_mut(i) {
+                    *slot = v;
+                }
+                pending.next();
+            }
+        }
+        // Ranks not reached (only if counts saturated) answer the maximum.
+        for &i in pending {
+            if let Some(slot) = out.get_mut(i) {
+                *slot = self.max;
+            }
+        }
+        Ok(Some(out))
+    }
+
+    /// The estimated fraction of samples `<= value` (the cumulative
+    /// distribution), `None` for an empty sketch.
+    ///
+    /// Samples are counted by bucket: all of `value`'s bucket counts as
+    /// `<= value`, so the answer lies between the exact fractions of samples
+    /// `<= value` and `< value · γ`. Exactly 0 below the minimum and 1 at or
+    /// above the maximum.
+    ///
+    /// # Errors
+    /// [`SketchError::NotANumber`] if `value` is NaN.
+    pub fn rank(&self, value: f64) -> Result<Option<f64>, SketchError> {
+        if value.is_nan() {
+            return Err(SketchError::NotANumber);
+        }
+        let n = self.count();
+        if n == 0 {
+            return Ok(None);
+        }
+        if value >= self.max {
+            return Ok(Some(1.0));
+        }
+        if value < self.min {
+            return Ok(Some(0.0));
+        }
+        let negatives = self.negative.total();
+        let magnitude = value.abs().min(self.max_indexable);
+        let below = if value >= self.min_indexable {
+            let key = self.mapping.index(magnitude);
+            negatives
+                .saturating_add(self.zero_count)
+                .saturating_add(self.positive.count_at_or_below(key))
+        } else if value > -self.min_indexable {
+            negatives.saturating_add(self.zero_count)
+        } else {
+            let key = self.mapping.index(magnitude);
+            negatives - self.negative.count_at_or_below(key.saturating_sub(1))
+        };
+        Ok(Some((below as f64 / n as f64).min(1.0)))
+    }
+
+    /// Adds every sample of `other` to this sketch. Bucket counts add
+    /// exactly, so the result equals the sketch of both streams.
+    ///
+    /// # Errors
+    /// [`SketchError::MappingMismatch`] if the mappings differ; this sketch
+    /// is unchanged.
+    pub fn merge(&mut self, other: &Self) -> Result<(), SketchError> {
+        if self.mapping != other.mapping {
+            return Err(SketchError::MappingMismatch);
+        }
+        self.positive.merge(&other.positive);
+        self.negative.merge(&other.negative);
+        self.zero_count = self.zero_count.saturating_add(other.zero_count);
+        self.min = self.min.min(other.min);
+        self.max = self.max.max(other.max);
+        self.sum += other.sum;
+        Ok(())
+    }
+
+    /// Empties the sketch, keeping its mapping.
+    pub fn clear(&mut self) {
+        self.positive.clear();
+        self.negative.clear();
+        self.zero_count = 0;
+        self.min = f64::INFINITY;
+        self.max = f64::NEG_INFINITY;
+        self.sum = 0.0;
+    }
+}
+
+/// `⌊q · (n − 1)⌋`, validated.
+fn rank_of(q: f64, n: u64) -> Result<u64, SketchError> {
+    if !(0.0..=1.0).contains(&q) {
+        return Err(SketchError::InvalidQuantile(q));
+    }
+    let last = n.saturating_sub(1);
+    // `as` saturates; the product never exceeds `last` but clamp anyway.
+    Ok(((q * last as f64) as u64).min(last))
+}
+
+impl<M: IndexMapping, P: Store, N: Store> fmt::Debug for DDSketch<M, P, N> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DDSketch")
+            .field("mapping", &self.mapping)
+            .field("count", &self.count())
+            .field("min", &self.min())
+            .field("max", &self.max())
+            .field("zero_count", &self.zero_count)
+            .field("collapsed", &self.collapse())
+            .finish()
+    }
+}
+
+/// Mappings that can be built from a relative accuracy alone, so that
+/// [`DDSketch::new`] can build them.
+pub trait FromRelativeAccuracy: Sized {
+    /// The mapping for relative accuracy α.
+    ///
+    /// # Errors
+    /// [`MappingError::InvalidRelativeAccuracy`] unless `0 < α < 1`.
+    fn from_relative_accuracy(relative_accuracy: f64) -> Result<Self, MappingError>;
+}
+
+impl<L: crate::mapping::LogApproximation> FromRelativeAccuracy
+    for crate::mapping::LogLikeMapping<L>
+{
+    fn from_relative_accuracy(relative_accuracy: f64) -> Result<Self, MappingError> {
+        Self::new(relative_accuracy)
+    }
+}

@@ -1,0 +1,385 @@
+//! The collapsing store: `N` counters as a window over the key space.
+
+use super::{Store, StoreCollapse, MAX_CAPACITY};
+use core::cmp::{max, min};
+use core::fmt;
+use core::marker::PhantomData;
+
+/// Which side gives way when the keys seen span more than the capacity.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Collapse {
+    /// Fold the lowest keys (smallest magnitudes): high quantiles stay exact.
+    Lowest,
+    /// Fold the highest keys (largest magnitudes): low quantiles stay exact.
+    Highest,
+}
+
+/// A type-level [`Collapse`] choice: [`Lowest`] or [`Highest`].
+pub trait CollapseSide: Copy + fmt::Debug + Default {
+    /// The side this marker stands for.
+    const SIDE: Collapse;
+}
+
+/// Marker: collapse the lowest keys.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Lowest;
+/// Marker: collapse the highest keys.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Highest;
+
+impl CollapseSide for Lowest {
+    const SIDE: Collapse = Collapse::Lowest;
+}
+impl CollapseSide for Highest {
+    const SIDE: Collapse = Collapse::Highest;
+}
+
+/// `N` counters for the keys `offset .. offset + N`, collapsing on side `S`.
+///
+/// Use it through [`CollapsingLowestStore`](super::CollapsingLowestStore) or
+/// [`CollapsingHighestStore`](super::CollapsingHighestStore). Takes
+/// `4 · N + 40` bytes.
+#[derive(Clone, Debug)]
+pub struct CollapsingStore<const N: usize, S> {
+    counts: [u32; N],
+    /// The key of `counts[0]`. Always `<= i32::MAX − (N − 1)`.
+    offset: i32,
+    total: u64,
+    saturated: u64,
+    collapsed: u64,
+    /// Set once the window has collapsed: its far edge is then pinned.
+    has_collapsed: bool,
+    side: PhantomData<S>,
+}
+
+/// Counters read a step when walking for a rank (one or two vector loads).
+const CHUNK: usize = 16;
+
+impl<const N: usize, S: CollapseSide> CollapsingStore<N, S> {
+    const VALID: () = assert!(
+        N > 0 && N <= MAX_CAPACITY,
+        "capacity must be in 1..=MAX_CAPACITY"
+    );
+    /// `N` as a key distance; exact because `N <= 2^24`.
+    const SPAN: i64 = N as i64;
+
+    /// An empty store.
+    pub const fn new() -> Self {
+        let () = Self::VALID;
+        Self {
+            counts: [0; N],
+            // Centre the empty window on key 0 (the bucket of 1.0).
+            offset: -((N / 2) as i32),
+            total: 0,
+            saturated: 0,
+            collapsed: 0,
+            has_collapsed: false,
+            side: PhantomData,
+        }
+    }
+
+    /// The slot of `key`, if the window holds it.
+    #[inline(always)]
+    fn slot(&self, key: i32) -> Option<usize> {
+        // Wrapping difference, read as unsigned: keys below the window wrap
+        // to at least `N` (the window never reaches past `i32::MAX`).
+        let i = key.wrapping_sub(self.offset) as u32 as usize;
+        (i < N).then_some(i)
+    }
+
+    #[inline(always)]
+    fn key_of(&self, slot: usize) -> i32 {
+        // `slot < N` and the window ends at or below `i32::MAX`.
+        self.offset.wrapping_add(slot as i32)
+    }
+
+    /// Adds `count` at `slot` (which `slot()` produced), saturating.
+    #[inline(always)]
+    fn add_at(&mut self, slot: usize, count: u32) {
+        if let Some(c) = self.counts.get_mut(slot) {
+            match c.checked_add(count) {
+                Some(n) => {
+                    *c = n;
+                    self.total = self.total.saturating_add(u64::from(count));
+                }
+                None => {
+                    let stored = u32::MAX - *c;
+                    *c = u32::MAX;
+                    self.total = self.total.saturating_add(u64::from(stored));
+                    self.saturated = self.saturated.saturating_add(u64::from(count - stored));
+                }
+            }
+        }
+    }
+
+    /// Adds a key outside the window: moves the window if the keys seen still
+    /// fit, otherwise collapses on the given side.
+    #[cold]
+    #[inline(never)]
+    fn add_outside(&mut self, key: i32, count: u32) {
+        let side = S::SIDE;
+        let top = i64::from(self.offset) + Self::SPAN - 1;
+        let k = i64::from(key);
+        // Steady state after a collapse: the far edge is pinned, so a key
+        // past the near edge lands in the collapsed bucket without a scan.
+        if self.has_collapsed {
+            let pinned = match side {
+                Collapse::Lowest if k < i64::from(self.offset) => Some(0),
+                Collapse::Highest if k > top => Some(N - 1),
+                _ => None,
+            };
+            if let Some(slot) = pinned {
+                self.collapsed = self.collapsed.saturating_add(u64::from(count));
+                self.add_at(slot, count);
+                return;
+            }
+        }
+        let (lo, hi) = match self.occupied() {
+            Some((a, b)) => (
+                min(k, i64::from(self.key_of(a))),
+                max(k, i64::from(self.key_of(b))),
+            ),
+            None => (k, k),
+        };
+        if hi - lo < Self::SPAN {
+            // Everything fits: centre the occupied keys in the window.
+            let start = lo - (Self::SPAN - (hi - lo + 1)) / 2;
+            self.move_window(start);
+        } else {
+            let start = match side {
+                Collapse::Lowest => hi - Self::SPAN + 1,
+                Collapse::Highest => lo,
+            };
+            self.collapse_to(start);
+        }
+        let clamped = k.clamp(
+            i64::from(self.offset),
+            i64::from(self.offset) + Self::SPAN - 1,
+        );
+        if clamped != k {
+            self.collapsed = self.collapsed.saturating_add(u64::from(count));
+        }
+        // `clamped` lies in the window, so the slot exists.
+        if let Some(slot) = self.slot(clamped as i32) {
+            self.add_at(slot, count);
+        }
+    }
+
+    /// Moves the window to start at key `start` (clamped so it stays in
+    /// `i32`), shifting counters; counters pushed out must be zero.
+    fn move_window(&mut self, start: i64) {
+        let start = start.clamp(i64::from(i32::MIN), i64::from(i32::MAX) - Self::SPAN + 1);
+        let shift = start - i64::from(self.offset);
+        let n = min(shift.unsigned_abs(), N as u64) as usize;
+        if shift > 0 {
+            self.counts.copy_within(n.., 0);
+            if let Some(tail) = self.counts.get_mut(N - n..) {
+                tail.fill(0);
+            }
+        } else if shift < 0 {
+            self.counts.copy_within(..N - n, n);
+            if let Some(head) = self.counts.get_mut(..n) {
+                head.fill(0);
+            }
+        }
+        self.offset = start as i32;
+    }
+
+    /// Moves the window to start at `start` and folds every counter that
+    /// falls off the collapsing side into the window's edge bucket.
+    fn collapse_to(&mut self, start: i64) {
+        let side = S::SIDE;
+        let old_start = i64::from(self.offset);
+        let shift = start - old_start;
+        // Counters that leave the window: below `start` (lowest) or at or
+        // above `start + N` (highest).
+        let leaving = min(shift.unsigned_abs(), N as u64) as usize;
+        let range = match side {
+            Collapse::Lowest if shift > 0 => 0..leaving,
+            Collapse::Highest if shift < 0 => N - leaving..N,
+            _ => 0..0,
+        };
+        let folded: u64 = match self.counts.get_mut(range) {
+            Some(gone) => {
+                let sum = gone.iter().map(|&c| u64::from(c)).sum();
+                gone.fill(0);
+                sum
+            }
+            None => 0,
+        };
+        self.move_window(start);
+        // The folded counts go to the edge bucket; their stored total does
+        // not change, unless that bucket saturates.
+        let edge = match side {
+            Collapse::Lowest => 0,
+            Collapse::Highest => N - 1,
+        };
+        self.total = self.total.saturating_sub(folded);
+        let mut rest = folded;
+        while rest > 0 {
+            let part = min(rest, u64::from(u32::MAX)) as u32;
+            self.add_at(edge, part);
+            rest -= u64::from(part);
+        }
+        self.collapsed = self.collapsed.saturating_add(folded);
+        self.has_collapsed = true;
+    }
+
+    /// First and last non-empty slots.
+    fn occupied(&self) -> Option<(usize, usize)> {
+        let first = self.counts.iter().position(|&c| c != 0)?;
+        let last = self.counts.iter().rposition(|&c| c != 0)?;
+        Some((first, last))
+    }
+
+    fn total_impl(&self) -> u64 {
+        self.total
+    }
+
+    fn saturated_impl(&self) -> u64 {
+        self.saturated
+    }
+
+    fn collapse_impl(&self) -> Option<StoreCollapse> {
+        let side = S::SIDE;
+        self.has_collapsed.then(|| StoreCollapse {
+            samples: self.collapsed,
+            boundary: match side {
+                Collapse::Lowest => self.offset.saturating_add(1),
+                Collapse::Highest => self.key_of(N - 1),
+            },
+        })
+    }
+
+    /// The slot range a key hint covers, clamped into the window.
+    fn slots_for(&self, lowest: i32, highest: i32) -> (usize, usize) {
+        let to_slot =
+            |k: i32| (i64::from(k) - i64::from(self.offset)).clamp(0, Self::SPAN - 1) as usize;
+        (to_slot(lowest), max(to_slot(lowest), to_slot(highest)))
+    }
+
+    fn key_at_rank_impl(&self, rank: u64, lowest: i32, highest: i32) -> Option<i32> {
+        if rank >= self.total {
+            return None;
+        }
+        let (a, b) = self.slots_for(lowest, highest);
+        let found = if rank < self.total / 2 {
+            self.walk_up(a, b, rank)
+        } else {
+            self.walk_down(a, b, self.total - rank)
+        };
+        // A hint that missed buckets: walk the whole window instead.
+        let slot = found.or_else(|| self.walk_up(0, N - 1, rank))?;
+        Some(self.key_of(slot))
+    }
+
+    /// The first slot in `a..=b` where the running sum from `a` exceeds `rank`.
+    fn walk_up(&self, a: usize, b: usize, rank: u64) -> Option<usize> {
+        let mut seen = 0u64;
+        let mut base = a;
+        for chunk in self.counts.get(a..=b)?.chunks(CHUNK) {
+            let sum: u64 = chunk.iter().map(|&c| u64::from(c)).sum();
+            if seen + sum > rank {
+                for (j, &c) in chunk.iter().enumerate() {
+                    seen += u64::from(c);
+                    if seen > rank {
+                        return Some(base + j);
+                    }
+                }
+            }
+            seen += sum;
+            base += chunk.len();
+        }
+        None
+    }
+
+    /// The last slot in `a..=b` where the running sum from `b` downwards
+    /// reaches `need` (at least 1).
+    fn walk_down(&self, a: usize, b: usize, need: u64) -> Option<usize> {
+        let mut seen = 0u64;
+        let mut top = b + 1;
+        for chunk in self.counts.get(a..=b)?.rchunks(CHUNK) {
+            let sum: u64 = chunk.iter().map(|&c| u64::from(c)).sum();
+            if seen + sum >= need {
+                for (j, &c) in chunk.iter().enumerate().rev() {
+                    seen += u64::from(c);
+                    if seen >= need {
+                        return Some(top - chunk.len() + j);
+                    }
+                }
+            }
+            seen += sum;
+            top -= chunk.len();
+        }
+        None
+    }
+
+    fn count_at_or_below_impl(&self, key: i32) -> u64 {
+        let end = i64::from(key) - i64::from(self.offset);
+        if end < 0 {
+            return 0;
+        }
+        let end = min(end, Self::SPAN - 1) as usize;
+        self.counts
+            .get(..=end)
+            .map_or(0, |c| c.iter().map(|&c| u64::from(c)).sum())
+    }
+
+    fn bins_impl(&self) -> impl DoubleEndedIterator<Item = (i32, u32)> + '_ {
+        self.counts
+            .iter()
+            .enumerate()
+            .filter(|(_, &c)| c != 0)
+            .map(|(i, &c)| (self.key_of(i), c))
+    }
+
+    fn clear_impl(&mut self) {
+        *self = Self::new();
+    }
+}
+
+impl<const N: usize, S: CollapseSide> Default for CollapsingStore<N, S> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<const N: usize, S: CollapseSide> Store for CollapsingStore<N, S> {
+    const CAPACITY: usize = N;
+
+    #[inline(always)]
+    fn add(&mut self, key: i32, count: u32) {
+        match self.slot(key) {
+            Some(slot) => self.add_at(slot, count),
+            None => self.add_outside(key, count),
+        }
+    }
+
+    fn total(&self) -> u64 {
+        self.total_impl()
+    }
+
+    fn saturated(&self) -> u64 {
+        self.saturated_impl()
+    }
+
+    fn collapse(&self) -> Option<StoreCollapse> {
+        self.collapse_impl()
+    }
+
+    fn key_at_rank(&self, rank: u64, lowest: i32, highest: i32) -> Option<i32> {
+        self.key_at_rank_impl(rank, lowest, highest)
+    }
+
+    fn count_at_or_below(&self, key: i32) -> u64 {
+        self.count_at_or_below_impl(key)
+    }
+
+    fn bins(&self) -> impl DoubleEndedIterator<Item = (i32, u32)> + '_ {
+        self.bins_impl()
+    }
+
+    fn clear(&mut self) {
+        self.clear_impl();
+    }
+}

@@ -1,0 +1,97 @@
+//! Bucket stores: fixed-capacity arrays of counters keyed by mapping keys.
+//!
+//! A store holds at most `N` consecutive keys in a `[u32; N]`, placed as a
+//! window over the key space. Adding a key inside the window is an index
+//! computation, a bounds check and a saturating add. A key outside moves the
+//! window (a copy of at most `N` counters, rare once the range has been seen)
+//! or, when the keys seen span more than `N`, *collapses*: the lowest
+//! ([`CollapsingLowestStore`]) or highest ([`CollapsingHighestStore`])
+//! buckets are folded into their neighbour, so memory stays fixed and the
+//! quantiles on the kept side stay exact to α.
+//!
+//! Counters are `u32` (4 bytes a bucket, so 1024 buckets take 4 KiB). A
+//! counter that would pass `u32::MAX` stays at `u32::MAX` and the samples that
+//! did not fit are counted in [`Store::saturated`]; they are then missing from
+//! [`Store::total`], so quantiles stay consistent with what was stored.
+
+mod collapsing;
+mod no_store;
+
+pub use collapsing::{Collapse, CollapseSide, CollapsingStore, Highest, Lowest};
+pub use no_store::NoStore;
+
+/// `N` buckets that fold the lowest keys when full: the quantiles of large
+/// values (the latency tail) stay exact to α. The default store.
+pub type CollapsingLowestStore<const N: usize> = CollapsingStore<N, Lowest>;
+
+/// `N` buckets that fold the highest keys when full: the quantiles of small
+/// values stay exact to α.
+pub type CollapsingHighestStore<const N: usize> = CollapsingStore<N, Highest>;
+
+/// The largest capacity a store accepts (16 Mi buckets, 64 MiB): far beyond
+/// any useful sketch, small enough that window arithmetic never overflows.
+pub const MAX_CAPACITY: usize = 1 << 24;
+
+/// How much collapsing has cost a store.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct StoreCollapse {
+    /// Samples (by weight) counted in the collapsed bucket although their
+    /// own key was elsewhere: those folded in and those that arrived later.
+    pub samples: u64,
+    /// The key that bounds the exact region. For collapsing-lowest, keys
+    /// `>= boundary` are exact and everything below was folded into
+    /// `boundary − 1`. For collapsing-highest, keys `< boundary` are exact
+    /// and everything at or above was folded into `boundary`.
+    pub boundary: i32,
+}
+
+/// A fixed-capacity map from bucket keys to counts.
+///
+/// Implemented by [`CollapsingLowestStore`], [`CollapsingHighestStore`] and
+/// [`NoStore`]. The methods are what [`DDSketch`](crate::DDSketch) needs; most
+/// users never call them directly.
+pub trait Store: Clone + Default {
+    /// The number of buckets the store holds.
+    const CAPACITY: usize;
+
+    /// Adds `count` samples to bucket `key`, moving or collapsing the window
+    /// if `key` lies outside it. Never panics.
+    fn add(&mut self, key: i32, count: u32);
+
+    /// Samples stored (saturating; excludes [`saturated`](Self::saturated) ones).
+    fn total(&self) -> u64;
+
+    /// Samples dropped because their bucket counter was already at `u32::MAX`.
+    fn saturated(&self) -> u64;
+
+    /// Whether, and how much, the store has collapsed.
+    fn collapse(&self) -> Option<StoreCollapse>;
+
+    /// The key of the first bucket, in ascending key order, at which the
+    /// cumulative count exceeds `rank`; `None` if `rank >= total()`.
+    ///
+    /// `lowest ..= highest` is a hint: a range of keys known to hold every
+    /// non-empty bucket (the sketch derives it from its exact min and max).
+    /// The walk starts there and, from whichever end is nearer to `rank`,
+    /// reads sixteen counters a step. A wrong hint costs time, not
+    /// correctness.
+    fn key_at_rank(&self, rank: u64, lowest: i32, highest: i32) -> Option<i32>;
+
+    /// Samples in buckets whose key is `<= key`.
+    fn count_at_or_below(&self, key: i32) -> u64;
+
+    /// Non-empty buckets as `(key, count)`, in ascending key order.
+    fn bins(&self) -> impl DoubleEndedIterator<Item = (i32, u32)> + '_;
+
+    /// Adds every bucket of `other` to this store; the result has the bucket
+    /// counts of one store fed both streams (collapsing included).
+    fn merge(&mut self, other: &Self) {
+        for (key, count) in other.bins() {
+            self.add(key, count);
+        }
+    }
+
+    /// Empties the store and forgets any collapse.
+    fn clear(&mut self);
+}
