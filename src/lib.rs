@@ -12,6 +12,7 @@ pub mod mapping;
 mod sketch;
 pub mod store;
 mod sync;
+pub mod window;
 
 pub use mapping::{CubicMapping, IndexMapping, LinearMapping, LogarithmicMapping, MappingError};
 pub use sketch::{Collapsed, DDSketch, FromRelativeAccuracy, SignedSketch, SketchError};

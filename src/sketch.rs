@@ -513,6 +513,41 @@ impl<M: IndexMapping, P: Store, N: Store> DDSketch<M, P, N> {
         Ok(())
     }
 
+    /// The estimated `q`-quantile of the union of this sketch and `other`,
+    /// without merging or copying them: what a rotating window asks of its
+    /// two halves. `None` when both are empty.
+    ///
+    /// # Errors
+    /// [`SketchError::InvalidQuantile`] for a bad `q`;
+    /// [`SketchError::MappingMismatch`] if the mappings differ.
+    pub fn quantile_with(&self, other: &Self, q: f64) -> Result<Option<f64>, SketchError> {
+        if self.mapping != other.mapping {
+            return Err(SketchError::MappingMismatch);
+        }
+        let n = self.count().saturating_add(other.count());
+        let rank = rank_of(q, n)?;
+        if n == 0 {
+            return Ok(None);
+        }
+        let (min, max) = (self.min.min(other.min), self.max.max(other.max));
+        let negatives = self.negative.total().saturating_add(other.negative.total());
+        let zeros = self.zero_count.saturating_add(other.zero_count);
+        let value = if rank < negatives {
+            let (lo, hi) = self.key_hint(-max, -min);
+            self.negative
+                .key_at_rank_with(&other.negative, negatives - 1 - rank, lo, hi)
+                .map_or(min, |k| -self.mapping.value(k))
+        } else if rank - negatives < zeros {
+            0.0
+        } else {
+            let (lo, hi) = self.key_hint(min, max);
+            self.positive
+                .key_at_rank_with(&other.positive, rank - negatives - zeros, lo, hi)
+                .map_or(max, |k| self.mapping.value(k))
+        };
+        Ok(Some(value.max(min).min(max)))
+    }
+
     /// Empties the sketch, keeping its mapping.
     pub fn clear(&mut self) {
         self.positive.clear();

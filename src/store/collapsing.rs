@@ -375,6 +375,13 @@ impl<const N: usize, S: CollapseSide> Store for CollapsingStore<N, S> {
         self.count_at_or_below_impl(key)
     }
 
+    #[inline]
+    fn count_of(&self, key: i32) -> u32 {
+        self.slot(key)
+            .and_then(|i| self.counts.get(i).copied())
+            .unwrap_or(0)
+    }
+
     fn bins(&self) -> impl DoubleEndedIterator<Item = (i32, u32)> + '_ {
         self.bins_impl()
     }

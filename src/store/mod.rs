@@ -81,6 +81,33 @@ pub trait Store: Clone + Default {
     /// Samples in buckets whose key is `<= key`.
     fn count_at_or_below(&self, key: i32) -> u64;
 
+    /// The count of bucket `key` (0 outside the window).
+    fn count_of(&self, key: i32) -> u32;
+
+    /// [`key_at_rank`](Self::key_at_rank) over the union of two stores,
+    /// without merging them: walks `lowest ..= highest` (which must hold
+    /// every non-empty bucket of both) from the end nearer to `rank`.
+    fn key_at_rank_with(&self, other: &Self, rank: u64, lowest: i32, highest: i32) -> Option<i32> {
+        let total = self.total().saturating_add(other.total());
+        if rank >= total || lowest > highest {
+            return None;
+        }
+        let count = |k: i32| u64::from(self.count_of(k)) + u64::from(other.count_of(k));
+        let mut seen = 0u64;
+        if rank < total / 2 {
+            (lowest..=highest).find(|&k| {
+                seen += count(k);
+                seen > rank
+            })
+        } else {
+            let need = total - rank;
+            (lowest..=highest).rev().find(|&k| {
+                seen += count(k);
+                seen >= need
+            })
+        }
+    }
+
     /// Non-empty buckets as `(key, count)`, in ascending key order.
     fn bins(&self) -> impl DoubleEndedIterator<Item = (i32, u32)> + '_;
 

@@ -42,6 +42,10 @@ impl Store for NoStore {
         0
     }
 
+    fn count_of(&self, _key: i32) -> u32 {
+        0
+    }
+
     fn bins(&self) -> impl DoubleEndedIterator<Item = (i32, u32)> + '_ {
         core::iter::empty()
     }
