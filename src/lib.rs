@@ -8,4 +8,7 @@
 #[cfg(feature = "std")]
 extern crate std;
 
+pub mod budget;
 mod sync;
+
+pub use budget::{Budget, BudgetError, BudgetStats, HedgeBudget, RatioBudget, TokenBucket};
