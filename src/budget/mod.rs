@@ -55,8 +55,8 @@
 //! - after a forward jump followed by a return to the true time, the token
 //!   bucket stays drained until the clock catches up again (it fails
 //!   closed: no hedges, never extra ones);
-//! - near the end of the `u64` nanosecond range (year 2554 for a Unix
-//!   epoch) the token bucket denies rather than wrap.
+//! - within one refill interval of `u64::MAX` nanoseconds (year 2554 for a
+//!   Unix epoch) the token bucket denies rather than wrap.
 //!
 //! # Memory ordering
 //!

@@ -261,9 +261,9 @@ mod tests {
         // Backwards, repeated: nothing minted.
         assert!(!b.try_acquire(0));
         assert!(!b.try_acquire(late));
-        // Two seconds later: refilled (burst 1), then the next TAT would
-        // pass u64::MAX, so the bucket fails closed.
-        assert!(b.try_acquire(u64::MAX));
+        // Refilled a second later, but within one interval of u64::MAX the
+        // next TAT would overflow, so the bucket fails closed.
+        assert!(b.try_acquire(u64::MAX - 1_000_000_000));
         assert!(!b.try_acquire(u64::MAX));
         assert_eq!(b.balance_at(u64::MAX), 0);
         let Ok(b) = TokenBucket::new(1, 1) else { unreachable!() };
