@@ -8,12 +8,14 @@
 #[cfg(feature = "std")]
 extern crate std;
 
+pub mod budget;
 pub mod mapping;
 mod sketch;
 pub mod store;
 mod sync;
 pub mod window;
 
+pub use budget::{Budget, BudgetError, BudgetStats, HedgeBudget, RatioBudget, TokenBucket};
 pub use mapping::{CubicMapping, IndexMapping, LinearMapping, LogarithmicMapping, MappingError};
 pub use sketch::{Collapsed, DDSketch, FromRelativeAccuracy, SignedSketch, SketchError};
 pub use store::{CollapsingHighestStore, CollapsingLowestStore, NoStore, Store};

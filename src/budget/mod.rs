@@ -1,0 +1,429 @@
+//! Hedge budgets: caps on how many hedges may be sent, so that hedging can
+//! never double the load on a backend during an outage.
+//!
+//! A hedge state machine asks its budget once per request that wants to
+//! hedge ([`HedgeBudget::try_acquire`]) and tells it about every primary
+//! request ([`HedgeBudget::on_request`]). Two strategies are offered:
+//!
+//! - [`RatioBudget`] (the default, 10 %): every primary deposits a share of a
+//!   token, every hedge withdraws a whole token, the balance is capped. It
+//!   needs no guess of the request rate and follows traffic as it changes.
+//!   An optional reserve ([`RatioBudget::with_reserve`]) lets a client with
+//!   very little traffic still hedge now and then.
+//! - [`TokenBucket`]: a time-refilled bucket (GCRA), refilled at a fixed rate,
+//!   for example `estimated_rps × share` as in the original article. It is
+//!   only as good as the rate estimate.
+//!
+//! [`Budget`] wraps either (or [`Budget::Unlimited`] / [`Budget::Never`]) so
+//! a caller can hold one concrete type; [`HedgeBudget`] is object safe, so
+//! `&dyn HedgeBudget` works too.
+//!
+//! ```
+//! use tailguard::budget::{Budget, HedgeBudget, RatioBudget, UNITS_PER_TOKEN};
+//!
+//! // 10 % of traffic, at most 5 hedges banked.
+//! let budget = Budget::Ratio(RatioBudget::new(1_000, 5)?);
+//! let mut now_ns = 0_u64; // the caller's monotonic clock
+//! for _ in 0..20 {
+//!     budget.on_request(now_ns); // one CAS on the balance word
+//!     now_ns += 1_000_000;
+//! }
+//! assert!(budget.try_acquire(now_ns)); // 20 × 10 % = 2 tokens banked
+//! assert!(budget.try_acquire(now_ns));
+//! assert!(!budget.try_acquire(now_ns)); // spent: denied
+//! let stats = budget.stats();
+//! assert_eq!((stats.grants, stats.denials, stats.balance), (2, 1, 0));
+//! # let _ = UNITS_PER_TOKEN;
+//! # Ok::<(), tailguard::budget::BudgetError>(())
+//! ```
+//!
+//! # Units
+//!
+//! Shares are given in basis points (1 bp = 0.01 %, so 10 % = `1_000`).
+//! Balances are reported in *units*: one token is [`UNITS_PER_TOKEN`]
+//! (`10_000`) units, so a 10 % ratio budget gains exactly `1_000` units per
+//! primary request. All arithmetic is integer; the module has no floating
+//! point at all (`clippy::float_arithmetic` is denied here).
+//!
+//! # Time
+//!
+//! The budgets never read a clock: callers pass monotonic nanoseconds with
+//! an arbitrary epoch. Timestamps that repeat, go backwards or jump far
+//! ahead never panic, overflow or mint tokens:
+//!
+//! - a repeated or earlier timestamp is treated as "no time has passed";
+//! - after a forward jump followed by a return to the true time, the token
+//!   bucket stays drained until the clock catches up again (it fails
+//!   closed: no hedges, never extra ones);
+//! - within one refill interval of `u64::MAX` nanoseconds (year 2554 for a
+//!   Unix epoch) the token bucket denies rather than wrap.
+//!
+//! # Memory ordering
+//!
+//! Each budget keeps its admission state in **one** `AtomicU64`: the
+//! theoretical arrival time for [`TokenBucket`], the balance for
+//! [`RatioBudget`] (whose optional reserve is a separate [`TokenBucket`]).
+//! Every deposit and every grant is a single successful
+//! `compare_exchange_weak` on that word, computed from the value it
+//! replaces. All read-modify-write operations on one atomic location are
+//! totally ordered (its modification order) whatever `Ordering` they use, so
+//! the budgets are *exact* under any number of threads: a balance can never
+//! be overdrawn, a deposit never lost, and the bounds documented on each type
+//! hold for every interleaving. Unlike a "check, then subtract" design (as in
+//! tower's retry budget), two threads can never both spend the last token.
+//! The loops are lock-free, not wait-free: a thread may retry when another
+//! one changed the word, but some thread always makes progress.
+//!
+//! All operations use `Ordering::Relaxed`. A grant does **not** publish any
+//! other memory and must not be used as a synchronization edge between
+//! threads. The counters in [`BudgetStats`] are separate relaxed atomics:
+//! each is monotone and exact on its own, but one [`HedgeBudget::stats`]
+//! call is not a consistent snapshot across fields under concurrency.
+//! Counters saturate at [`COUNTER_MAX`] (2⁶³ − 1) instead of wrapping.
+//!
+//! # Targets without 64-bit compare-and-swap
+//!
+//! Atomics come from [`portable-atomic`](https://docs.rs/portable-atomic),
+//! which uses native instructions where the target has them. Elsewhere:
+//!
+//! - **No compare-and-swap at all** (`thumbv6m-none-eabi`,
+//!   `riscv32imc-unknown-none-elf`): the *final binary* must enable
+//!   `portable-atomic`'s `critical-section` feature and link a
+//!   `critical-section` implementation (for a single-core Cortex-M, e.g.
+//!   `cortex-m`'s `critical-section-single-core`), or enable
+//!   `unsafe-assume-single-core` instead. This library never enables either.
+//!   Every atomic operation then runs inside a critical section: on a
+//!   single-core MCU that masks interrupts for a few dozen cycles per call,
+//!   which adds interrupt latency but cannot deadlock.
+//! - **32-bit compare-and-swap only** (`thumbv7em-none-eabihf` and other
+//!   32-bit targets): `AtomicU64` is *not lock-free* in `portable-atomic`; it
+//!   builds without any feature, but each 64-bit operation takes a global
+//!   sequence lock (a spin lock). That is correct between threads, but if an
+//!   interrupt handler uses a budget while the code it preempted holds that
+//!   lock on the same core, the handler spins forever. Choose one:
+//!   use budgets from a single execution priority only; or enable
+//!   `portable-atomic/unsafe-assume-single-core` in the binary (single-core
+//!   chips: interrupts are masked around each operation, cheapest and
+//!   deadlock-free); or `portable-atomic/unsafe-assume-privileged` on
+//!   multi-core chips running privileged code (lock taken with interrupts
+//!   masked). A 32-bit state variant that would be lock-free there is not
+//!   provided yet.
+//!
+//! On 64-bit hosts (x86-64, AArch64) every operation is a native, lock-free
+//! instruction.
+#![deny(
+    clippy::float_arithmetic,
+    clippy::arithmetic_side_effects,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::indexing_slicing,
+    clippy::panic
+)]
+
+mod ratio;
+mod token_bucket;
+
+pub use ratio::RatioBudget;
+pub use token_bucket::TokenBucket;
+
+use crate::sync::{AtomicU64, Ordering};
+use core::fmt;
+
+/// Units in one hedge token: balances are reported in ten-thousandths of a
+/// token, so a share in basis points is exactly the deposit per request.
+pub const UNITS_PER_TOKEN: u64 = 10_000;
+
+/// The largest share a budget accepts, in basis points: 100 %, one hedge per
+/// primary request.
+pub const MAX_SHARE_BPS: u32 = 10_000;
+
+/// Where the grant and denial counters stop: 2⁶³ − 1.
+pub const COUNTER_MAX: u64 = u64::MAX >> 1;
+
+/// A cap on the number of hedges, shared by all threads of a client.
+///
+/// Implementors are `Sync` and exact under concurrency: see the module's
+/// *Memory ordering* section. The trait is object safe.
+pub trait HedgeBudget: Send + Sync {
+    /// Records one primary request sent at `now_ns`.
+    ///
+    /// The [`RatioBudget`] deposits its share here; the [`TokenBucket`]
+    /// ignores it (its refill is time-based).
+    fn on_request(&self, now_ns: u64);
+
+    /// Takes one hedge token at `now_ns`; `true` means "send the hedge".
+    ///
+    /// Exact under concurrency: no two callers can take the same token.
+    #[must_use = "a granted token is spent whether or not the hedge is sent"]
+    fn try_acquire(&self, now_ns: u64) -> bool;
+
+    /// Grants, denials and the current balance, read without locks.
+    fn stats(&self) -> BudgetStats;
+}
+
+impl<T: HedgeBudget + ?Sized> HedgeBudget for &T {
+    #[inline]
+    fn on_request(&self, now_ns: u64) {
+        (**self).on_request(now_ns);
+    }
+
+    #[inline]
+    fn try_acquire(&self, now_ns: u64) -> bool {
+        (**self).try_acquire(now_ns)
+    }
+
+    #[inline]
+    fn stats(&self) -> BudgetStats {
+        (**self).stats()
+    }
+}
+
+/// Counters of a budget; see [`HedgeBudget::stats`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub struct BudgetStats {
+    /// Hedge tokens granted (saturates at [`COUNTER_MAX`]).
+    pub grants: u64,
+    /// Hedge requests denied (saturates at [`COUNTER_MAX`]).
+    pub denials: u64,
+    /// Current balance in units ([`UNITS_PER_TOKEN`] units = one token).
+    ///
+    /// For [`RatioBudget`] the exact balance (not counting its reserve); for
+    /// [`TokenBucket`] the balance at the newest timestamp passed to
+    /// [`HedgeBudget::try_acquire`] (use [`TokenBucket::balance_at`] for any
+    /// other time); `u64::MAX` for [`Budget::Unlimited`], 0 for
+    /// [`Budget::Never`].
+    pub balance: u64,
+}
+
+/// A configuration the budgets reject, returned by their constructors.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum BudgetError {
+    /// The share is 0 or above [`MAX_SHARE_BPS`].
+    ShareOutOfRange {
+        /// The share that was given, in basis points.
+        share_bps: u32,
+    },
+    /// A refill rate (tokens per second or estimated requests per second)
+    /// of zero.
+    ZeroRate,
+    /// A refill interval of zero nanoseconds.
+    ZeroInterval,
+    /// A burst or capacity of zero tokens.
+    ZeroCapacity,
+    /// `burst × interval` does not fit in 64-bit nanoseconds.
+    BurstTooLong {
+        /// The burst that was given, in tokens.
+        burst: u32,
+        /// The refill interval, in nanoseconds per token.
+        interval_ns: u64,
+    },
+}
+
+impl fmt::Display for BudgetError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            Self::ShareOutOfRange { share_bps } => write!(
+                f,
+                "hedge share of {share_bps} basis points is out of range; \
+                 give 1 to {MAX_SHARE_BPS} basis points (10 % is 1000)"
+            ),
+            Self::ZeroRate => f.write_str(
+                "refill rate is zero, so no hedge could ever be sent; \
+                 give at least 1 per second, or use Budget::Never to disable hedging",
+            ),
+            Self::ZeroInterval => f.write_str(
+                "refill interval is zero nanoseconds, which would mean unlimited tokens; \
+                 give at least 1 ns, or use Budget::Unlimited",
+            ),
+            Self::ZeroCapacity => f.write_str(
+                "burst or capacity is zero tokens, so no hedge could ever be sent; \
+                 give at least 1 token",
+            ),
+            Self::BurstTooLong { burst, interval_ns } => write!(
+                f,
+                "a burst of {burst} tokens at {interval_ns} ns per token does not fit \
+                 in 64-bit nanoseconds; lower the burst or raise the rate"
+            ),
+        }
+    }
+}
+
+impl core::error::Error for BudgetError {}
+
+/// Any budget, as one concrete type for the hedge state machine.
+///
+/// The default is a [`RatioBudget`] at 10 % (see [`RatioBudget::default`]).
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Budget {
+    /// A time-refilled token bucket.
+    TokenBucket(TokenBucket),
+    /// A traffic-proportional budget.
+    Ratio(RatioBudget),
+    /// Every hedge is granted; keeps no counters. Only for tests and
+    /// backends that are known to absorb double load.
+    Unlimited,
+    /// No hedge is ever granted; keeps no counters.
+    Never,
+}
+
+impl Default for Budget {
+    fn default() -> Self {
+        Self::Ratio(RatioBudget::default())
+    }
+}
+
+impl HedgeBudget for Budget {
+    #[inline]
+    fn on_request(&self, now_ns: u64) {
+        match self {
+            Self::TokenBucket(b) => b.on_request(now_ns),
+            Self::Ratio(b) => b.on_request(now_ns),
+            Self::Unlimited | Self::Never => {}
+        }
+    }
+
+    #[inline]
+    fn try_acquire(&self, now_ns: u64) -> bool {
+        match self {
+            Self::TokenBucket(b) => b.try_acquire(now_ns),
+            Self::Ratio(b) => b.try_acquire(now_ns),
+            Self::Unlimited => true,
+            Self::Never => false,
+        }
+    }
+
+    fn stats(&self) -> BudgetStats {
+        match self {
+            Self::TokenBucket(b) => b.stats(),
+            Self::Ratio(b) => b.stats(),
+            Self::Unlimited => BudgetStats {
+                balance: u64::MAX,
+                ..BudgetStats::default()
+            },
+            Self::Never => BudgetStats::default(),
+        }
+    }
+}
+
+impl From<TokenBucket> for Budget {
+    fn from(b: TokenBucket) -> Self {
+        Self::TokenBucket(b)
+    }
+}
+
+impl From<RatioBudget> for Budget {
+    fn from(b: RatioBudget) -> Self {
+        Self::Ratio(b)
+    }
+}
+
+/// Grant and denial counters shared by both budgets.
+#[derive(Debug)]
+struct Counters {
+    grants: AtomicU64,
+    denials: AtomicU64,
+}
+
+impl Counters {
+    const fn new() -> Self {
+        Self {
+            grants: AtomicU64::new(0),
+            denials: AtomicU64::new(0),
+        }
+    }
+
+    #[inline]
+    fn grant(&self) {
+        bump(&self.grants);
+    }
+
+    #[inline]
+    fn deny(&self) {
+        bump(&self.denials);
+    }
+
+    fn stats(&self, balance: u64) -> BudgetStats {
+        BudgetStats {
+            grants: read(&self.grants),
+            denials: read(&self.denials),
+            balance,
+        }
+    }
+}
+
+/// Saturating increment without a CAS loop. A stat counter, unlike a budget,
+/// tolerates this check-then-add: the check only stops increments once the
+/// counter passes 2⁶³ − 1, and the racing increments that slip past it
+/// number at most one per thread, far below the 2⁶³ of headroom left, so the
+/// raw value can never wrap. [`read`] clamps the overshoot.
+#[inline]
+fn bump(counter: &AtomicU64) {
+    if counter.load(Ordering::Relaxed) < COUNTER_MAX {
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+#[inline]
+fn read(counter: &AtomicU64) -> u64 {
+    let raw = counter.load(Ordering::Relaxed);
+    if raw < COUNTER_MAX {
+        raw
+    } else {
+        COUNTER_MAX
+    }
+}
+
+/// Validates a share in basis points.
+const fn check_share(share_bps: u32) -> Result<u32, BudgetError> {
+    if share_bps == 0 || share_bps > MAX_SHARE_BPS {
+        Err(BudgetError::ShareOutOfRange { share_bps })
+    } else {
+        Ok(share_bps)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counters_saturate() {
+        let c = AtomicU64::new(COUNTER_MAX - 1);
+        bump(&c);
+        bump(&c);
+        bump(&c);
+        assert_eq!(read(&c), COUNTER_MAX);
+        assert_eq!(c.load(Ordering::Relaxed), COUNTER_MAX);
+    }
+
+    #[test]
+    fn unlimited_and_never() {
+        assert!(Budget::Unlimited.try_acquire(0));
+        assert!(!Budget::Never.try_acquire(0));
+        assert_eq!(Budget::Unlimited.stats().balance, u64::MAX);
+        assert_eq!(Budget::Never.stats(), BudgetStats::default());
+    }
+
+    #[test]
+    fn errors_say_cause_and_fix() {
+        extern crate std;
+        use std::string::ToString;
+        let msg = BudgetError::ShareOutOfRange { share_bps: 0 }.to_string();
+        assert!(msg.contains("out of range") && msg.contains("give 1 to 10000"));
+        assert!(BudgetError::ZeroRate.to_string().contains("at least 1"));
+    }
+
+    #[test]
+    fn trait_is_object_safe() {
+        let b = Budget::default();
+        let dynb: &dyn HedgeBudget = &b;
+        for _ in 0..10 {
+            dynb.on_request(0);
+        }
+        assert!((&dynb).try_acquire(0));
+        assert_eq!(dynb.stats().grants, 1);
+    }
+}

@@ -1,0 +1,272 @@
+//! A time-refilled token bucket in one atomic word (GCRA).
+
+use super::{check_share, BudgetError, BudgetStats, Counters, HedgeBudget, UNITS_PER_TOKEN};
+use crate::sync::{AtomicU64, Ordering};
+
+const NS_PER_SEC: u64 = 1_000_000_000;
+
+/// A token bucket refilled at a fixed rate, holding at most `burst` tokens.
+///
+/// Implemented as GCRA (the generic cell rate algorithm): the whole bucket is
+/// one `AtomicU64`, the *theoretical arrival time* (TAT) in caller
+/// nanoseconds. A token is granted at `now` when
+/// `max(TAT, now) + interval ≤ now + burst × interval`, and the grant moves
+/// TAT to `max(TAT, now) + interval` with one compare-and-swap. The bucket
+/// starts full.
+///
+/// **Bound.** Over any sequence of calls, from any number of threads, whose
+/// timestamps lie in `[t_min, t_max]`:
+/// `grants ≤ burst + (t_max − t_min) / interval`. The interval is the exact
+/// one rounded *up* to a whole nanosecond, so the bucket never grants more
+/// than the nominal rate allows. Rates above 10⁹ tokens per second are
+/// clamped to one token per nanosecond.
+///
+/// ```
+/// use tailguard::budget::{HedgeBudget, TokenBucket};
+///
+/// // The article's rule: 10 % (1 000 bp) of an estimated 200 requests per
+/// // second is 20 hedges per second, with at most 5 at once.
+/// let bucket = TokenBucket::from_share(1_000, 200, 5)?;
+/// assert_eq!(bucket.interval_ns(), 50_000_000);
+/// let t0 = 7_000_000_000; // any epoch
+/// for _ in 0..5 {
+///     assert!(bucket.try_acquire(t0)); // one CAS each
+/// }
+/// assert!(!bucket.try_acquire(t0)); // burst spent
+/// assert!(bucket.try_acquire(t0 + 50_000_000)); // one interval later
+/// # Ok::<(), tailguard::budget::BudgetError>(())
+/// ```
+#[derive(Debug)]
+pub struct TokenBucket {
+    /// Theoretical arrival time, in caller nanoseconds.
+    tat: AtomicU64,
+    /// Newest timestamp given to `try_acquire`; only feeds `stats`.
+    seen: AtomicU64,
+    counters: Counters,
+    /// Nanoseconds per token (≥ 1).
+    interval_ns: u64,
+    /// `burst × interval_ns`: how far TAT may run ahead of `now`.
+    window_ns: u64,
+    burst: u32,
+}
+
+impl TokenBucket {
+    /// A bucket refilled at `rate_per_sec` tokens per second, holding at most
+    /// `burst` tokens.
+    ///
+    /// # Errors
+    /// [`BudgetError::ZeroRate`], [`BudgetError::ZeroCapacity`] for a zero
+    /// burst.
+    pub const fn new(rate_per_sec: u32, burst: u32) -> Result<Self, BudgetError> {
+        if rate_per_sec == 0 {
+            return Err(BudgetError::ZeroRate);
+        }
+        Self::with_interval(NS_PER_SEC.div_ceil(rate_per_sec as u64), burst)
+    }
+
+    /// A bucket refilled at `estimated_rps × share_bps / 10 000` tokens per
+    /// second (the article's rule), holding at most `burst` tokens.
+    ///
+    /// The rate is fixed: if traffic differs from the estimate, the share of
+    /// hedges does too. [`RatioBudget`](super::RatioBudget) needs no estimate.
+    ///
+    /// # Errors
+    /// [`BudgetError::ShareOutOfRange`] unless `1 ≤ share_bps ≤ 10 000`,
+    /// [`BudgetError::ZeroRate`] for `estimated_rps == 0`,
+    /// [`BudgetError::ZeroCapacity`] for a zero burst,
+    /// [`BudgetError::BurstTooLong`] if `burst` intervals overflow `u64`.
+    pub const fn from_share(
+        share_bps: u32,
+        estimated_rps: u32,
+        burst: u32,
+    ) -> Result<Self, BudgetError> {
+        let share = match check_share(share_bps) {
+            Ok(s) => s as u64,
+            Err(e) => return Err(e),
+        };
+        if estimated_rps == 0 {
+            return Err(BudgetError::ZeroRate);
+        }
+        // tokens/s = rps × share / 10⁴, so ns/token = 10⁹ × 10⁴ / (rps × share).
+        // Both factors are below 2³², so the product fits in u64 and is ≥ 1.
+        let per_token = (estimated_rps as u64).saturating_mul(share);
+        Self::with_interval(
+            (NS_PER_SEC.saturating_mul(UNITS_PER_TOKEN)).div_ceil(per_token),
+            burst,
+        )
+    }
+
+    /// A bucket that gains one token every `interval_ns` nanoseconds, holding
+    /// at most `burst` tokens. Use it for rates below one per second.
+    ///
+    /// # Errors
+    /// [`BudgetError::ZeroInterval`], [`BudgetError::ZeroCapacity`] for a
+    /// zero burst, [`BudgetError::BurstTooLong`] if `burst × interval_ns`
+    /// overflows `u64`.
+    pub const fn with_interval(interval_ns: u64, burst: u32) -> Result<Self, BudgetError> {
+        if interval_ns == 0 {
+            return Err(BudgetError::ZeroInterval);
+        }
+        if burst == 0 {
+            return Err(BudgetError::ZeroCapacity);
+        }
+        let Some(window_ns) = interval_ns.checked_mul(burst as u64) else {
+            return Err(BudgetError::BurstTooLong { burst, interval_ns });
+        };
+        Ok(Self {
+            tat: AtomicU64::new(0),
+            seen: AtomicU64::new(0),
+            counters: Counters::new(),
+            interval_ns,
+            window_ns,
+            burst,
+        })
+    }
+
+    /// Nanoseconds per token (the refill interval, rounded up).
+    #[must_use]
+    pub const fn interval_ns(&self) -> u64 {
+        self.interval_ns
+    }
+
+    /// The most tokens the bucket holds.
+    #[must_use]
+    pub const fn burst(&self) -> u32 {
+        self.burst
+    }
+
+    /// The balance at `now_ns`, in units ([`UNITS_PER_TOKEN`] per token),
+    /// between 0 and `burst × UNITS_PER_TOKEN`. A token can be taken at
+    /// `now_ns` exactly when this is at least one token.
+    #[must_use]
+    pub fn balance_at(&self, now_ns: u64) -> u64 {
+        self.balance_with(self.tat.load(Ordering::Relaxed), now_ns)
+    }
+
+    fn balance_with(&self, tat: u64, now_ns: u64) -> u64 {
+        let base = if tat > now_ns { tat } else { now_ns };
+        // Time still unspent in the window; ≤ window_ns because base ≥ now.
+        let room = now_ns.saturating_add(self.window_ns).saturating_sub(base);
+        let units = (room as u128).saturating_mul(UNITS_PER_TOKEN as u128)
+            / (self.interval_ns as u128);
+        // room ≤ window = burst × interval, so units ≤ burst × 10⁴ < 2⁴⁷.
+        if units > u64::MAX as u128 {
+            u64::MAX
+        } else {
+            units as u64
+        }
+    }
+
+    /// Takes one token without touching the counters.
+    #[inline]
+    pub(super) fn take(&self, now_ns: u64) -> bool {
+        let limit = now_ns.saturating_add(self.window_ns);
+        let mut tat = self.tat.load(Ordering::Relaxed);
+        loop {
+            let base = if tat > now_ns { tat } else { now_ns };
+            let Some(next) = base.checked_add(self.interval_ns) else {
+                return false; // end of the u64 time range: fail closed
+            };
+            if next > limit {
+                return false;
+            }
+            match self
+                .tat
+                .compare_exchange_weak(tat, next, Ordering::Relaxed, Ordering::Relaxed)
+            {
+                Ok(_) => return true,
+                Err(actual) => tat = actual,
+            }
+        }
+    }
+}
+
+impl HedgeBudget for TokenBucket {
+    /// Does nothing: the bucket refills with time, not with traffic.
+    #[inline]
+    fn on_request(&self, _now_ns: u64) {}
+
+    #[inline]
+    fn try_acquire(&self, now_ns: u64) -> bool {
+        // Stats only: a racy "max" is fine, grants never read it.
+        if now_ns > self.seen.load(Ordering::Relaxed) {
+            self.seen.store(now_ns, Ordering::Relaxed);
+        }
+        if self.take(now_ns) {
+            self.counters.grant();
+            true
+        } else {
+            self.counters.deny();
+            false
+        }
+    }
+
+    fn stats(&self) -> BudgetStats {
+        let seen = self.seen.load(Ordering::Relaxed);
+        self.counters.stats(self.balance_at(seen))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn validates() {
+        assert_eq!(TokenBucket::new(0, 1).err(), Some(BudgetError::ZeroRate));
+        assert_eq!(TokenBucket::new(1, 0).err(), Some(BudgetError::ZeroCapacity));
+        assert_eq!(
+            TokenBucket::with_interval(0, 1).err(),
+            Some(BudgetError::ZeroInterval)
+        );
+        assert_eq!(
+            TokenBucket::with_interval(u64::MAX / 2, 3).err(),
+            Some(BudgetError::BurstTooLong {
+                burst: 3,
+                interval_ns: u64::MAX / 2
+            })
+        );
+        assert_eq!(
+            TokenBucket::from_share(10_001, 1, 1).err(),
+            Some(BudgetError::ShareOutOfRange { share_bps: 10_001 })
+        );
+        assert_eq!(TokenBucket::from_share(1, 0, 1).err(), Some(BudgetError::ZeroRate));
+        // 0.3 tokens per second: one every 3.33… s, rounded up.
+        let b = TokenBucket::from_share(1_000, 3, 1).ok();
+        assert_eq!(b.map(|b| b.interval_ns()), Some(3_333_333_334));
+        let b = TokenBucket::new(u32::MAX, 1).ok();
+        assert_eq!(b.map(|b| b.interval_ns()), Some(1));
+    }
+
+    #[test]
+    fn refills_and_caps() {
+        let Ok(b) = TokenBucket::new(10, 2) else { unreachable!() };
+        assert_eq!(b.balance_at(0), 20_000);
+        assert!(b.try_acquire(0) && b.try_acquire(0) && !b.try_acquire(0));
+        assert_eq!(b.balance_at(50_000_000), 5_000);
+        assert!(!b.try_acquire(50_000_000));
+        assert!(b.try_acquire(100_000_000));
+        // A long idle gap refills to the burst, no further.
+        assert_eq!(b.balance_at(10_000_000_000), 20_000);
+        assert_eq!(b.stats().grants, 3);
+        assert_eq!(b.stats().denials, 2);
+        assert_eq!(b.stats().balance, 0);
+    }
+
+    #[test]
+    fn hostile_time() {
+        let Ok(b) = TokenBucket::new(1, 1) else { unreachable!() };
+        let late = u64::MAX - 2_000_000_000;
+        assert!(b.try_acquire(late));
+        // Backwards, repeated: nothing minted.
+        assert!(!b.try_acquire(0));
+        assert!(!b.try_acquire(late));
+        // Refilled a second later, but within one interval of u64::MAX the
+        // next TAT would overflow, so the bucket fails closed.
+        assert!(b.try_acquire(u64::MAX - 1_000_000_000));
+        assert!(!b.try_acquire(u64::MAX));
+        assert_eq!(b.balance_at(u64::MAX), 0);
+        let Ok(b) = TokenBucket::new(1, 1) else { unreachable!() };
+        assert!(!b.try_acquire(u64::MAX)); // TAT would overflow: fail closed
+    }
+}

@@ -1,0 +1,286 @@
+//! Property tests: single-threaded operation sequences with arbitrary time
+//! steps (repeats, backwards steps, jumps of centuries, absolute values),
+//! checked against an exact integer model and against the documented bounds.
+
+use proptest::prelude::*;
+use tailguard::budget::{HedgeBudget, RatioBudget, TokenBucket, UNITS_PER_TOKEN};
+
+const NS_PER_SEC: u128 = 1_000_000_000;
+const YEAR_NS: u64 = 365 * 24 * 3_600 * 1_000_000_000;
+
+#[derive(Clone, Debug)]
+enum Step {
+    Same,
+    Forward(u64),
+    Back(u64),
+    Years(u64),
+    Abs(u64),
+}
+
+#[derive(Clone, Debug)]
+enum Op {
+    Request,
+    Acquire,
+    Time(Step),
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    prop_oneof![
+        2 => Just(Step::Same),
+        6 => (0..20_000_000_000_u64).prop_map(Step::Forward),
+        2 => (0..20_000_000_000_u64).prop_map(Step::Back),
+        1 => (0..600_u64).prop_map(Step::Years),
+        1 => any::<u64>().prop_map(Step::Abs),
+    ]
+}
+
+fn ops() -> impl Strategy<Value = Vec<Op>> {
+    prop::collection::vec(
+        prop_oneof![
+            4 => Just(Op::Request),
+            4 => Just(Op::Acquire),
+            3 => step().prop_map(Op::Time),
+        ],
+        0..400,
+    )
+}
+
+fn advance(now: u64, s: &Step) -> u64 {
+    match *s {
+        Step::Same => now,
+        Step::Forward(d) => now.saturating_add(d),
+        Step::Back(d) => now.saturating_sub(d),
+        Step::Years(y) => now.saturating_add(y.saturating_mul(YEAR_NS)),
+        Step::Abs(t) => t,
+    }
+}
+
+/// Naive GCRA in u128: grant iff max(tat, now) + T ≤ min(now + burst·T,
+/// u64::MAX): the window ends at the end of u64 time (the bucket fails
+/// closed there instead of wrapping).
+#[derive(Debug)]
+struct GcraModel {
+    tat: u128,
+    interval: u128,
+    burst: u128,
+}
+
+impl GcraModel {
+    fn take(&mut self, now: u64) -> bool {
+        let now = u128::from(now);
+        let next = self.tat.max(now) + self.interval;
+        if next <= self.limit(now) {
+            self.tat = next;
+            true
+        } else {
+            false
+        }
+    }
+
+    fn limit(&self, now: u128) -> u128 {
+        (now + self.burst * self.interval).min(u128::from(u64::MAX))
+    }
+
+    /// Exact balance in units: whole and fractional tokens left in the window.
+    fn balance(&self, now: u64) -> u128 {
+        let now = u128::from(now);
+        let room = self.limit(now).saturating_sub(self.tat.max(now));
+        room * u128::from(UNITS_PER_TOKEN) / self.interval
+    }
+}
+
+/// Observed timestamp range of the acquire calls.
+#[derive(Default)]
+struct Span(Option<(u64, u64)>);
+
+impl Span {
+    fn see(&mut self, t: u64) {
+        self.0 = Some(match self.0 {
+            None => (t, t),
+            Some((lo, hi)) => (lo.min(t), hi.max(t)),
+        });
+    }
+    fn elapsed(&self) -> u128 {
+        self.0.map_or(0, |(lo, hi)| u128::from(hi - lo))
+    }
+}
+
+#[derive(Clone, Debug)]
+enum BucketCfg {
+    Rate(u32, u32),
+    Share(u32, u32, u32),
+    Interval(u64, u32),
+}
+
+fn bucket_cfg() -> impl Strategy<Value = BucketCfg> {
+    prop_oneof![
+        (1..5_000_u32, 1..50_u32).prop_map(|(r, b)| BucketCfg::Rate(r, b)),
+        (1..=10_000_u32, 1..100_000_u32, 1..50_u32).prop_map(|(s, r, b)| BucketCfg::Share(s, r, b)),
+        (1..100_000_000_000_u64, 1..50_u32).prop_map(|(i, b)| BucketCfg::Interval(i, b)),
+    ]
+}
+
+impl BucketCfg {
+    fn build(&self) -> TokenBucket {
+        match *self {
+            Self::Rate(r, b) => TokenBucket::new(r, b),
+            Self::Share(s, r, b) => TokenBucket::from_share(s, r, b),
+            Self::Interval(i, b) => TokenBucket::with_interval(i, b),
+        }
+        .expect("generated configurations are valid")
+    }
+
+    fn burst(&self) -> u128 {
+        match *self {
+            Self::Rate(_, b) | Self::Share(_, _, b) | Self::Interval(_, b) => u128::from(b),
+        }
+    }
+
+    /// The documented bound with the *nominal* (unrounded) rate:
+    /// grants ≤ burst + elapsed × rate, cross-multiplied to stay exact.
+    fn within_bound(&self, grants: u128, elapsed: u128) -> bool {
+        let extra = grants.saturating_sub(self.burst());
+        match *self {
+            // extra ≤ elapsed·r/10⁹
+            Self::Rate(r, _) => extra * NS_PER_SEC <= elapsed * u128::from(r),
+            // extra ≤ elapsed·rps·share/(10⁹·10⁴)
+            Self::Share(s, r, _) => {
+                extra * NS_PER_SEC * 10_000 <= elapsed * u128::from(r) * u128::from(s)
+            }
+            Self::Interval(i, _) => extra * u128::from(i) <= elapsed,
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    #[test]
+    fn token_bucket_matches_model_and_bound(cfg in bucket_cfg(), start in any::<u64>(), ops in ops()) {
+        let bucket = cfg.build();
+        let mut model = GcraModel {
+            tat: 0,
+            interval: u128::from(bucket.interval_ns()),
+            burst: cfg.burst(),
+        };
+        let (mut now, mut span) = (start, Span::default());
+        let (mut grants, mut denials) = (0_u64, 0_u64);
+        for op in &ops {
+            match op {
+                Op::Request => bucket.on_request(now),
+                Op::Acquire => {
+                    span.see(now);
+                    let before = bucket.balance_at(now);
+                    let got = bucket.try_acquire(now);
+                    prop_assert_eq!(got, model.take(now), "decision at {}", now);
+                    // A token is granted exactly when a whole one is there
+                    // (and TAT has room before u64::MAX).
+                    if got {
+                        prop_assert!(before >= UNITS_PER_TOKEN);
+                        grants += 1;
+                    } else {
+                        denials += 1;
+                    }
+                }
+                Op::Time(s) => now = advance(now, s),
+            }
+            prop_assert_eq!(u128::from(bucket.balance_at(now)), model.balance(now));
+            prop_assert!(bucket.balance_at(now) <= u64::from(bucket.burst()) * UNITS_PER_TOKEN);
+            prop_assert!(cfg.within_bound(u128::from(grants), span.elapsed()),
+                "{} grants over {} ns", grants, span.elapsed());
+        }
+        let stats = bucket.stats();
+        prop_assert_eq!((stats.grants, stats.denials), (grants, denials));
+    }
+
+    #[test]
+    fn token_bucket_denies_when_spent(cfg in bucket_cfg(), now in 0..u64::MAX / 2) {
+        // At one instant, exactly `burst` grants, then denials.
+        let bucket = cfg.build();
+        let burst = bucket.burst();
+        for _ in 0..burst {
+            prop_assert!(bucket.try_acquire(now));
+        }
+        prop_assert!(!bucket.try_acquire(now));
+        prop_assert!(!bucket.try_acquire(now.saturating_sub(1)));
+        prop_assert_eq!(bucket.balance_at(now), 0);
+        // One interval later, exactly one more.
+        let later = now + bucket.interval_ns();
+        prop_assert!(bucket.try_acquire(later));
+        prop_assert!(!bucket.try_acquire(later));
+    }
+
+    #[test]
+    fn ratio_matches_model_and_bound(
+        share in 1..=10_000_u32,
+        max_tokens in 1..20_u32,
+        reserve in prop::option::of((1..100_000_000_000_u64, 1..3_u32)),
+        start in any::<u64>(),
+        ops in ops(),
+    ) {
+        let mut budget = RatioBudget::new(share, max_tokens).expect("valid");
+        let mut reserve_model = None;
+        if let Some((interval, burst)) = reserve {
+            budget = budget.with_reserve(TokenBucket::with_interval(interval, burst).expect("valid"));
+            reserve_model = Some(GcraModel { tat: 0, interval: interval.into(), burst: burst.into() });
+        }
+        let cap = u128::from(max_tokens) * u128::from(UNITS_PER_TOKEN);
+        let unit = u128::from(UNITS_PER_TOKEN);
+        let (mut now, mut span) = (start, Span::default());
+        let (mut balance, mut deposits, mut grants, mut denials) = (0_u128, 0_u128, 0_u64, 0_u64);
+        for op in &ops {
+            match op {
+                Op::Request => {
+                    budget.on_request(now);
+                    deposits += 1;
+                    balance = (balance + u128::from(share)).min(cap);
+                }
+                Op::Acquire => {
+                    span.see(now);
+                    let expected = if balance >= unit {
+                        balance -= unit;
+                        true
+                    } else {
+                        reserve_model.as_mut().is_some_and(|r| r.take(now))
+                    };
+                    prop_assert_eq!(budget.try_acquire(now), expected);
+                    if expected { grants += 1 } else { denials += 1 }
+                }
+                Op::Time(s) => now = advance(now, s),
+            }
+            // Deposits are never lost and withdrawals are exact.
+            prop_assert_eq!(u128::from(budget.balance()), balance);
+            // grants ≤ share/10⁴·deposits + reserve_burst + elapsed/reserve_interval.
+            let g = u128::from(grants) * unit;
+            match reserve {
+                None => prop_assert!(g <= deposits * u128::from(share)),
+                Some((interval, burst)) => {
+                    let i = u128::from(interval);
+                    prop_assert!(g * i <= (deposits * u128::from(share) + u128::from(burst) * unit) * i
+                        + span.elapsed() * unit);
+                }
+            }
+            // The brief's looser form: ≤ share·deposits + cap (+ reserve).
+            if reserve.is_none() {
+                prop_assert!(g <= deposits * u128::from(share) + cap);
+            }
+        }
+        let stats = budget.stats();
+        prop_assert_eq!((stats.grants, stats.denials), (grants, denials));
+        prop_assert_eq!(u128::from(stats.balance), balance);
+    }
+
+    #[test]
+    fn ratio_denies_without_deposits(share in 1..=10_000_u32, max_tokens in 1..20_u32, n in 0..200_u32) {
+        let budget = RatioBudget::new(share, max_tokens).expect("valid");
+        prop_assert!(!budget.try_acquire(0));
+        for _ in 0..n {
+            budget.on_request(0);
+        }
+        let tokens = (u64::from(n) * u64::from(share) / UNITS_PER_TOKEN).min(max_tokens.into());
+        for _ in 0..tokens {
+            prop_assert!(budget.try_acquire(0));
+        }
+        prop_assert!(!budget.try_acquire(u64::MAX));
+    }
+}
