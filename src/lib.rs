@@ -9,6 +9,7 @@
 extern crate std;
 
 pub mod budget;
+pub mod hedge;
 pub mod mapping;
 mod sketch;
 pub mod store;

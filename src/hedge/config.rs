@@ -1,0 +1,262 @@
+//! Hedge configuration, validated once at construction.
+
+use core::fmt;
+
+const MS: u64 = 1_000_000;
+const SEC: u64 = 1_000_000_000;
+
+/// The most extra attempts a request may send (8 attempts in all).
+pub const MAX_HEDGES: u8 = 7;
+
+/// What to do when an attempt reports failure (not slowness: an error).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum FailurePolicy {
+    /// Keep waiting for the other attempts in flight; give up only when
+    /// none is left. The default: a hedge that is already racing may still
+    /// answer.
+    #[default]
+    WaitForOthers,
+    /// Give up the whole request at the first failure and cancel the rest
+    /// (for errors that every replica would return alike).
+    GiveUpOnFirst,
+}
+
+/// How a [`Hedger`](super::Hedger) decides; every field has a documented
+/// default ([`HedgeConfig::DEFAULT`]).
+///
+/// ```
+/// use tailguard::hedge::HedgeConfig;
+/// // One seed walk-through: hedge at p95 × 1.5, never before 2 ms, two hedges.
+/// let config = HedgeConfig::DEFAULT
+///     .quantile(0.95)
+///     .delay_multiplier_permille(1_500)
+///     .min_delay_ns(2_000_000)
+///     .max_hedges(2);
+/// assert!(config.validate().is_ok());
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[non_exhaustive]
+pub struct HedgeConfig {
+    /// The latency quantile that sets the hedge delay. Default 0.90.
+    pub quantile: f64,
+    /// Multiplier on that quantile, in thousandths. Default 1000 (× 1.0).
+    pub delay_multiplier_permille: u32,
+    /// The delay never goes below this. Default 1 ms.
+    pub min_delay_ns: u64,
+    /// The delay never goes above this. Default `u64::MAX` (no cap).
+    pub max_delay_ns: u64,
+    /// Samples the window must hold before the estimate is trusted; until
+    /// then the request is in cold start. Default 20.
+    pub min_samples: u64,
+    /// Rotation period of the latency window. Default 30 s.
+    pub rotation_period_ns: u64,
+    /// Relative accuracy of the latency sketches. Default 0.01.
+    pub relative_accuracy: f64,
+    /// Extra attempts per request, each one delay after the previous, each
+    /// paying the budget. Default 1, at most [`MAX_HEDGES`]; 0 disables
+    /// hedging (requests are still measured).
+    pub max_hedges: u8,
+    /// A delay to use during cold start. Default `None`: no hedging until
+    /// the window holds `min_samples` samples.
+    pub prior_delay_ns: Option<u64>,
+    /// At most this many hedges in flight at once, across requests.
+    /// Default `None` (only the budget limits them).
+    pub max_hedges_in_flight: Option<u32>,
+    /// Give the whole request up this long after its start (the caller's
+    /// hard timeout). Default `None`.
+    pub deadline_ns: Option<u64>,
+    /// What a failed attempt does to the request. Default
+    /// [`FailurePolicy::WaitForOthers`].
+    pub failure_policy: FailurePolicy,
+}
+
+impl HedgeConfig {
+    /// The documented defaults: p90, × 1.0, ≥ 1 ms, no cap, 20 samples,
+    /// 30 s rotation, α = 1 %, one hedge, no prior, no in-flight cap, no
+    /// deadline, wait for others on failure.
+    pub const DEFAULT: Self = Self {
+        quantile: 0.90,
+        delay_multiplier_permille: 1_000,
+        min_delay_ns: MS,
+        max_delay_ns: u64::MAX,
+        min_samples: 20,
+        rotation_period_ns: 30 * SEC,
+        relative_accuracy: 0.01,
+        max_hedges: 1,
+        prior_delay_ns: None,
+        max_hedges_in_flight: None,
+        deadline_ns: None,
+        failure_policy: FailurePolicy::WaitForOthers,
+    };
+
+    /// Sets [`quantile`](Self::quantile).
+    pub const fn quantile(mut self, q: f64) -> Self {
+        self.quantile = q;
+        self
+    }
+
+    /// Sets [`delay_multiplier_permille`](Self::delay_multiplier_permille).
+    pub const fn delay_multiplier_permille(mut self, permille: u32) -> Self {
+        self.delay_multiplier_permille = permille;
+        self
+    }
+
+    /// Sets [`min_delay_ns`](Self::min_delay_ns).
+    pub const fn min_delay_ns(mut self, ns: u64) -> Self {
+        self.min_delay_ns = ns;
+        self
+    }
+
+    /// Sets [`max_delay_ns`](Self::max_delay_ns).
+    pub const fn max_delay_ns(mut self, ns: u64) -> Self {
+        self.max_delay_ns = ns;
+        self
+    }
+
+    /// Sets [`min_samples`](Self::min_samples).
+    pub const fn min_samples(mut self, n: u64) -> Self {
+        self.min_samples = n;
+        self
+    }
+
+    /// Sets [`rotation_period_ns`](Self::rotation_period_ns).
+    pub const fn rotation_period_ns(mut self, ns: u64) -> Self {
+        self.rotation_period_ns = ns;
+        self
+    }
+
+    /// Sets [`relative_accuracy`](Self::relative_accuracy).
+    pub const fn relative_accuracy(mut self, alpha: f64) -> Self {
+        self.relative_accuracy = alpha;
+        self
+    }
+
+    /// Sets [`max_hedges`](Self::max_hedges).
+    pub const fn max_hedges(mut self, n: u8) -> Self {
+        self.max_hedges = n;
+        self
+    }
+
+    /// Sets [`prior_delay_ns`](Self::prior_delay_ns).
+    pub const fn prior_delay_ns(mut self, ns: u64) -> Self {
+        self.prior_delay_ns = Some(ns);
+        self
+    }
+
+    /// Sets [`max_hedges_in_flight`](Self::max_hedges_in_flight).
+    pub const fn max_hedges_in_flight(mut self, n: u32) -> Self {
+        self.max_hedges_in_flight = Some(n);
+        self
+    }
+
+    /// Sets [`deadline_ns`](Self::deadline_ns).
+    pub const fn deadline_ns(mut self, ns: u64) -> Self {
+        self.deadline_ns = Some(ns);
+        self
+    }
+
+    /// Sets [`failure_policy`](Self::failure_policy).
+    pub const fn failure_policy(mut self, policy: FailurePolicy) -> Self {
+        self.failure_policy = policy;
+        self
+    }
+
+    /// Checks every field; [`Hedger::new`](super::Hedger::new) calls this.
+    ///
+    /// # Errors
+    /// The first [`ConfigError`] found.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if !(self.quantile > 0.0 && self.quantile < 1.0) {
+            return Err(ConfigError::Quantile(self.quantile));
+        }
+        if self.delay_multiplier_permille == 0 {
+            return Err(ConfigError::ZeroMultiplier);
+        }
+        if self.min_delay_ns > self.max_delay_ns {
+            return Err(ConfigError::DelayBounds {
+                min_ns: self.min_delay_ns,
+                max_ns: self.max_delay_ns,
+            });
+        }
+        if self.min_samples == 0 {
+            return Err(ConfigError::ZeroMinSamples);
+        }
+        if self.rotation_period_ns == 0 {
+            return Err(ConfigError::ZeroPeriod);
+        }
+        if !(self.relative_accuracy > 0.0 && self.relative_accuracy < 1.0) {
+            return Err(ConfigError::RelativeAccuracy(self.relative_accuracy));
+        }
+        if self.max_hedges > MAX_HEDGES {
+            return Err(ConfigError::TooManyHedges(self.max_hedges));
+        }
+        if self.max_hedges_in_flight == Some(0) {
+            return Err(ConfigError::ZeroInFlight);
+        }
+        if self.deadline_ns == Some(0) {
+            return Err(ConfigError::ZeroDeadline);
+        }
+        Ok(())
+    }
+}
+
+impl Default for HedgeConfig {
+    fn default() -> Self {
+        Self::DEFAULT
+    }
+}
+
+/// A configuration [`HedgeConfig::validate`] rejects.
+#[derive(Clone, Copy, Debug, PartialEq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// The quantile is not strictly between 0 and 1.
+    Quantile(f64),
+    /// The delay multiplier is 0, which would hedge every request at once.
+    ZeroMultiplier,
+    /// The minimum delay exceeds the maximum.
+    DelayBounds {
+        /// The minimum given.
+        min_ns: u64,
+        /// The maximum given.
+        max_ns: u64,
+    },
+    /// `min_samples` is 0, which would trust an empty window.
+    ZeroMinSamples,
+    /// The rotation period is 0.
+    ZeroPeriod,
+    /// The relative accuracy is not strictly between 0 and 1.
+    RelativeAccuracy(f64),
+    /// More extra attempts than [`MAX_HEDGES`].
+    TooManyHedges(u8),
+    /// An in-flight cap of 0; disable hedging with `max_hedges(0)` instead.
+    ZeroInFlight,
+    /// A deadline of 0 would give up every request at once.
+    ZeroDeadline,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            Self::Quantile(q) => write!(f, "hedge quantile {q} is not in (0, 1); 0.9 hedges after the p90"),
+            Self::ZeroMultiplier => f.write_str("the delay multiplier is 0; use 1000 for × 1.0"),
+            Self::DelayBounds { min_ns, max_ns } => write!(
+                f,
+                "min delay {min_ns} ns exceeds max delay {max_ns} ns; raise the max or lower the min"
+            ),
+            Self::ZeroMinSamples => f.write_str("min_samples is 0; trust the window only after e.g. 20 samples"),
+            Self::ZeroPeriod => f.write_str("rotation period is 0; use e.g. 30 s"),
+            Self::RelativeAccuracy(a) => write!(f, "relative accuracy {a} is not in (0, 1); use 0.01"),
+            Self::TooManyHedges(n) => write!(f, "{n} hedges per request exceeds the maximum of {MAX_HEDGES}"),
+            Self::ZeroInFlight => f.write_str(
+                "max_hedges_in_flight is 0; disable hedging with max_hedges(0), or allow at least 1",
+            ),
+            Self::ZeroDeadline => f.write_str("the request deadline is 0 ns; give a positive timeout or none"),
+        }
+    }
+}
+
+impl core::error::Error for ConfigError {}

@@ -1,0 +1,298 @@
+//! One request's race: its attempts, its timer, and what each event decides.
+
+use super::config::MAX_HEDGES;
+
+/// Attempts a request can hold: the primary and up to [`MAX_HEDGES`] hedges.
+pub(crate) const MAX_ATTEMPTS: usize = MAX_HEDGES as usize + 1;
+
+/// Whether a request may be sent more than once.
+///
+/// The state machine cannot know whether duplicating a request is safe: a
+/// hedged `POST /payments` may charge twice. Every
+/// [`Hedger::start`](super::Hedger::start) call says it explicitly.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum Idempotency {
+    /// Sending this request twice is harmless (a read, or a write with an
+    /// idempotency key): it may be hedged.
+    Idempotent,
+    /// Sending it twice could do harm: it is never hedged, only measured.
+    NotIdempotent,
+}
+
+/// One attempt of a request: 0 is the primary, 1.. are hedges in the order
+/// sent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct Attempt(pub u8);
+
+impl Attempt {
+    /// The primary attempt.
+    pub const PRIMARY: Self = Self(0);
+
+    /// Whether this is the primary.
+    pub const fn is_primary(self) -> bool {
+        self.0 == 0
+    }
+
+    /// The attempt's number, usable as an index into the caller's own table.
+    pub const fn index(self) -> usize {
+        self.0 as usize
+    }
+}
+
+/// A set of attempts (a bit mask), e.g. those to cancel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct AttemptSet(u8);
+
+impl AttemptSet {
+    /// The empty set.
+    pub const EMPTY: Self = Self(0);
+
+    /// Whether `attempt` is in the set.
+    pub const fn contains(self, attempt: Attempt) -> bool {
+        attempt.0 < 8 && self.0 & (1 << attempt.0) != 0
+    }
+
+    /// How many attempts the set holds.
+    pub const fn len(self) -> u32 {
+        self.0.count_ones()
+    }
+
+    /// Whether the set is empty.
+    pub const fn is_empty(self) -> bool {
+        self.0 == 0
+    }
+
+    /// The attempts, in ascending order.
+    pub fn iter(self) -> impl Iterator<Item = Attempt> {
+        (0..8u8)
+            .filter(move |&i| self.0 & (1 << i) != 0)
+            .map(Attempt)
+    }
+
+    pub(crate) const fn with(self, attempt: Attempt) -> Self {
+        if attempt.0 < 8 {
+            Self(self.0 | (1 << attempt.0))
+        } else {
+            self
+        }
+    }
+
+    pub(crate) const fn without(self, attempt: Attempt) -> Self {
+        if attempt.0 < 8 {
+            Self(self.0 & !(1 << attempt.0))
+        } else {
+            self
+        }
+    }
+}
+
+/// Why a request will not be hedged (at all, or any further).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum NoHedge {
+    /// Too few samples yet and no prior delay configured.
+    ColdStart,
+    /// Hedging is disabled (`max_hedges` is 0).
+    Disabled,
+    /// The caller said the request is not idempotent.
+    NotIdempotent,
+    /// The budget refused a token.
+    BudgetDenied,
+    /// Every allowed attempt has been sent.
+    AttemptsExhausted,
+    /// The cap on hedges in flight across requests was reached.
+    InFlightLimit,
+    /// An attempt already answered, or the request was given up.
+    Finished,
+}
+
+/// What [`Hedger::start`](super::Hedger::start) decided for a new request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum Plan {
+    /// Send the primary now; call [`Hedger::on_timer`](super::Hedger::on_timer)
+    /// at `at` (= start + `delay_ns`) if it has not answered by then.
+    HedgeAt {
+        /// When the first hedge is due (caller's nanoseconds).
+        at: u64,
+        /// The delay in force.
+        delay_ns: u64,
+        /// Whether it came from the configured prior (cold start).
+        from_prior: bool,
+    },
+    /// Send the primary now; no hedge will be sent.
+    NoHedge(NoHedge),
+}
+
+/// What [`Hedger::on_timer`](super::Hedger::on_timer) decided.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum TimerAction {
+    /// Send this hedge now; then arm the timer at
+    /// [`Request::next_timer`].
+    SendHedge(Attempt),
+    /// Too early (or the clock went backwards): nothing to do before `until`.
+    Wait {
+        /// When to call again.
+        until: u64,
+    },
+    /// No hedge this time, for this reason; the request races on with what
+    /// it has (check [`Request::next_timer`] for a deadline still pending).
+    Skip(NoHedge),
+    /// The request's deadline passed: cancel these attempts and fail it.
+    GiveUp {
+        /// The attempts still in flight.
+        cancel: AttemptSet,
+    },
+}
+
+/// What [`Hedger::on_commit`](super::Hedger::on_commit) decided.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum CommitOutcome {
+    /// This attempt won: use its answer, cancel the others.
+    Won {
+        /// The winner.
+        winner: Attempt,
+        /// The attempts still in flight, to cancel.
+        cancel: AttemptSet,
+    },
+    /// Another attempt had already won (or the request was given up):
+    /// discard this answer.
+    Late,
+    /// No such attempt was sent (or it had already reported failure):
+    /// the event is ignored.
+    Unknown,
+}
+
+/// What [`Hedger::on_failure`](super::Hedger::on_failure) decided.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum FailureOutcome {
+    /// Other attempts are still in flight: keep waiting for them.
+    Continue,
+    /// The request has failed: cancel these attempts and report the error.
+    GiveUp {
+        /// The attempts still in flight.
+        cancel: AttemptSet,
+    },
+    /// The request had already finished, or no such attempt was sent:
+    /// the event is ignored.
+    Ignored,
+}
+
+/// Where a request's race stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub(crate) enum Phase {
+    Racing,
+    Won(Attempt),
+    GaveUp,
+}
+
+/// The state of one request, owned by the caller and passed back with each
+/// event. Small and `Copy`; holds no reference into the hedger.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct Request<K> {
+    pub(crate) target: K,
+    pub(crate) sent_at: [u64; MAX_ATTEMPTS],
+    /// Attempts `0 .. sent` have been sent.
+    pub(crate) sent: u8,
+    pub(crate) failed: AttemptSet,
+    pub(crate) phase: Phase,
+    /// The delay between attempts; 0 when not hedging.
+    pub(crate) delay_ns: u64,
+    /// When the next hedge is due; `None` when no further hedge will be sent.
+    pub(crate) next_hedge_at: Option<u64>,
+    pub(crate) give_up_at: Option<u64>,
+}
+
+impl<K: Copy> Request<K> {
+    pub(crate) fn new(target: K, now: u64) -> Self {
+        let mut sent_at = [0; MAX_ATTEMPTS];
+        if let Some(primary) = sent_at.first_mut() {
+            *primary = now;
+        }
+        Self {
+            target,
+            sent_at,
+            sent: 1,
+            failed: AttemptSet::EMPTY,
+            phase: Phase::Racing,
+            delay_ns: 0,
+            next_hedge_at: None,
+            give_up_at: None,
+        }
+    }
+
+    /// The target this request was started for.
+    pub fn target(&self) -> K {
+        self.target
+    }
+
+    /// When the caller's timer should next fire for this request (the next
+    /// hedge or the deadline, whichever is sooner); `None` once nothing is
+    /// pending.
+    pub fn next_timer(&self) -> Option<u64> {
+        if self.phase != Phase::Racing {
+            return None;
+        }
+        match (self.next_hedge_at, self.give_up_at) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Attempts sent so far, the primary included.
+    pub fn attempts_sent(&self) -> u8 {
+        self.sent
+    }
+
+    /// When `attempt` was sent, if it was.
+    pub fn sent_at(&self, attempt: Attempt) -> Option<u64> {
+        (attempt.0 < self.sent)
+            .then(|| self.sent_at.get(attempt.index()).copied())
+            .flatten()
+    }
+
+    /// Every attempt sent so far, in order.
+    pub fn sent_attempts(&self) -> impl Iterator<Item = Attempt> {
+        (0..self.sent).map(Attempt)
+    }
+
+    /// Attempts sent and neither failed nor finished.
+    pub fn in_flight(&self) -> AttemptSet {
+        if self.phase != Phase::Racing {
+            return AttemptSet::EMPTY;
+        }
+        let all = (1u16 << self.sent).wrapping_sub(1) as u8;
+        AttemptSet(all & !self.failed.0)
+    }
+
+    /// The winner, once an attempt has committed.
+    pub fn winner(&self) -> Option<Attempt> {
+        match self.phase {
+            Phase::Won(a) => Some(a),
+            _ => None,
+        }
+    }
+
+    /// Whether the request is over (won or given up).
+    pub fn is_finished(&self) -> bool {
+        self.phase != Phase::Racing
+    }
+
+    /// The delay between attempts in force for this request, if hedging.
+    pub fn delay_ns(&self) -> Option<u64> {
+        (self.delay_ns > 0).then_some(self.delay_ns)
+    }
+
+    /// Hedges sent so far.
+    pub(crate) fn hedges_sent(&self) -> u32 {
+        u32::from(self.sent.saturating_sub(1))
+    }
+}
