@@ -72,7 +72,9 @@ impl AttemptSet {
             .map(Attempt)
     }
 
-    pub(crate) const fn with(self, attempt: Attempt) -> Self {
+    /// This set plus `attempt` (attempts beyond 7 are ignored).
+    #[must_use]
+    pub const fn with(self, attempt: Attempt) -> Self {
         if attempt.0 < 8 {
             Self(self.0 | (1 << attempt.0))
         } else {
@@ -80,7 +82,9 @@ impl AttemptSet {
         }
     }
 
-    pub(crate) const fn without(self, attempt: Attempt) -> Self {
+    /// This set minus `attempt`.
+    #[must_use]
+    pub const fn without(self, attempt: Attempt) -> Self {
         if attempt.0 < 8 {
             Self(self.0 & !(1 << attempt.0))
         } else {
