@@ -9,4 +9,6 @@
 //! docs), never this library.
 
 #[allow(unused_imports)]
-pub(crate) use portable_atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+pub(crate) use portable_atomic::{
+    AtomicBool, AtomicI64, AtomicU32, AtomicU64, AtomicUsize, Ordering,
+};

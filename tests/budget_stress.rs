@@ -12,11 +12,18 @@ const THREADS: usize = 4;
 /// Runs `f(thread_index)` on `THREADS` threads and sums the results.
 fn on_threads(f: impl Fn(usize) -> u64 + Sync) -> u64 {
     thread::scope(|s| {
-        let handles: Vec<_> = (0..THREADS).map(|i| s.spawn({
-            let f = &f;
-            move || f(i)
-        })).collect();
-        handles.into_iter().map(|h| h.join().expect("worker panicked")).sum()
+        let handles: Vec<_> = (0..THREADS)
+            .map(|i| {
+                s.spawn({
+                    let f = &f;
+                    move || f(i)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("worker panicked"))
+            .sum()
     })
 }
 
@@ -37,7 +44,10 @@ fn bucket_grants_exactly_burst_then_exactly_refill() {
     }
     let s = bucket.stats();
     assert_eq!(s.grants, 64 + 1 + 7 + 64 + 3);
-    assert_eq!(s.grants + s.denials, (THREADS as u64) * (10_000 + 4 * 2_000));
+    assert_eq!(
+        s.grants + s.denials,
+        (THREADS as u64) * (10_000 + 4 * 2_000)
+    );
 }
 
 #[test]
@@ -51,7 +61,7 @@ fn bucket_bound_holds_with_a_moving_clock() {
         let mut mine = 0;
         for n in 0..50_000_u64 {
             if i == 0 {
-                if n % 97 == 0 {
+                if n.is_multiple_of(97) {
                     clock.fetch_sub(3_000_000, Ordering::SeqCst); // a backwards step
                 } else {
                     clock.fetch_add(100_000, Ordering::SeqCst);
@@ -72,7 +82,10 @@ fn bucket_bound_holds_with_a_moving_clock() {
     let elapsed = u128::from(t_max.into_inner() - t_min.into_inner());
     // grants ≤ burst + elapsed × rps × share / (10⁹ × 10⁴), exactly.
     let extra = u128::from(grants.saturating_sub(20));
-    assert!(extra * 1_000_000_000 * 10_000 <= elapsed * 10_000 * 1_000, "{grants} grants in {elapsed} ns");
+    assert!(
+        extra * 1_000_000_000 * 10_000 <= elapsed * 10_000 * 1_000,
+        "{grants} grants in {elapsed} ns"
+    );
     assert_eq!(bucket.stats().grants, grants);
     // The clock moved ~4.9 s forward: far more than the burst was granted.
     assert!(grants > 1_000, "{grants}");
@@ -123,7 +136,7 @@ fn ratio_mixed_deposits_and_hedges_conserve_units() {
         start.wait();
         let mut mine = 0;
         for n in 0..40_000_u64 {
-            if (n + i as u64) % 3 != 0 {
+            if !(n + i as u64).is_multiple_of(3) {
                 dynb.on_request(n);
                 deposits.fetch_add(1, Ordering::Relaxed);
             } else {
@@ -144,7 +157,9 @@ fn ratio_mixed_deposits_and_hedges_conserve_units() {
 fn ratio_reserve_bound_across_threads() {
     // No traffic at all: only the reserve (1 per 10 ms, burst 2) grants.
     let reserve = TokenBucket::with_interval(10_000_000, 2).expect("valid");
-    let budget = RatioBudget::new(1_000, 10).expect("valid").with_reserve(reserve);
+    let budget = RatioBudget::new(1_000, 10)
+        .expect("valid")
+        .with_reserve(reserve);
     let clock = AtomicU64::new(0);
     let grants = on_threads(|i| {
         let mut mine = 0;
@@ -157,6 +172,9 @@ fn ratio_reserve_bound_across_threads() {
         mine
     });
     let t_max = clock.into_inner();
-    assert!(grants <= 2 + t_max / 10_000_000, "{grants} grants in {t_max} ns");
+    assert!(
+        grants <= 2 + t_max / 10_000_000,
+        "{grants} grants in {t_max} ns"
+    );
     assert!(grants >= 2);
 }

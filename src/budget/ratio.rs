@@ -202,13 +202,18 @@ mod tests {
             RatioBudget::new(0, 1).err(),
             Some(BudgetError::ShareOutOfRange { share_bps: 0 })
         );
-        assert_eq!(RatioBudget::new(1, 0).err(), Some(BudgetError::ZeroCapacity));
+        assert_eq!(
+            RatioBudget::new(1, 0).err(),
+            Some(BudgetError::ZeroCapacity)
+        );
         assert!(RatioBudget::new(10_000, u32::MAX).is_ok());
     }
 
     #[test]
     fn deposits_cap_and_withdrawals() {
-        let Ok(b) = RatioBudget::new(3_000, 2) else { unreachable!() };
+        let Ok(b) = RatioBudget::new(3_000, 2) else {
+            unreachable!()
+        };
         for _ in 0..3 {
             b.on_request(0);
         }
@@ -228,8 +233,12 @@ mod tests {
 
     #[test]
     fn reserve_used_only_when_short() {
-        let Ok(r) = TokenBucket::new(1, 1) else { unreachable!() };
-        let Ok(b) = RatioBudget::new(10_000, 1) else { unreachable!() };
+        let Ok(r) = TokenBucket::new(1, 1) else {
+            unreachable!()
+        };
+        let Ok(b) = RatioBudget::new(10_000, 1) else {
+            unreachable!()
+        };
         let b = b.with_reserve(r);
         b.on_request(0);
         assert!(b.try_acquire(0)); // balance

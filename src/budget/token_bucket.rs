@@ -140,21 +140,16 @@ impl TokenBucket {
     /// `now_ns` exactly when this is at least one token.
     #[must_use]
     pub fn balance_at(&self, now_ns: u64) -> u64 {
-        self.balance_with(self.tat.load(Ordering::Relaxed), now_ns)
-    }
-
-    fn balance_with(&self, tat: u64, now_ns: u64) -> u64 {
+        let tat = self.tat.load(Ordering::Relaxed);
         let base = if tat > now_ns { tat } else { now_ns };
         // Time still unspent in the window; ≤ window_ns because base ≥ now.
         let room = now_ns.saturating_add(self.window_ns).saturating_sub(base);
-        let units = (room as u128).saturating_mul(UNITS_PER_TOKEN as u128)
-            / (self.interval_ns as u128);
-        // room ≤ window = burst × interval, so units ≤ burst × 10⁴ < 2⁴⁷.
-        if units > u64::MAX as u128 {
-            u64::MAX
-        } else {
-            units as u64
-        }
+        // room ≤ burst × interval, so this is ≤ burst × 10⁴ < 2⁴⁷; interval ≥ 1.
+        let units = u128::from(room)
+            .saturating_mul(u128::from(UNITS_PER_TOKEN))
+            .checked_div(u128::from(self.interval_ns))
+            .unwrap_or(0);
+        u64::try_from(units).unwrap_or(u64::MAX)
     }
 
     /// Takes one token without touching the counters.
@@ -214,7 +209,10 @@ mod tests {
     #[test]
     fn validates() {
         assert_eq!(TokenBucket::new(0, 1).err(), Some(BudgetError::ZeroRate));
-        assert_eq!(TokenBucket::new(1, 0).err(), Some(BudgetError::ZeroCapacity));
+        assert_eq!(
+            TokenBucket::new(1, 0).err(),
+            Some(BudgetError::ZeroCapacity)
+        );
         assert_eq!(
             TokenBucket::with_interval(0, 1).err(),
             Some(BudgetError::ZeroInterval)
@@ -230,7 +228,10 @@ mod tests {
             TokenBucket::from_share(10_001, 1, 1).err(),
             Some(BudgetError::ShareOutOfRange { share_bps: 10_001 })
         );
-        assert_eq!(TokenBucket::from_share(1, 0, 1).err(), Some(BudgetError::ZeroRate));
+        assert_eq!(
+            TokenBucket::from_share(1, 0, 1).err(),
+            Some(BudgetError::ZeroRate)
+        );
         // 0.3 tokens per second: one every 3.33… s, rounded up.
         let b = TokenBucket::from_share(1_000, 3, 1).ok();
         assert_eq!(b.map(|b| b.interval_ns()), Some(3_333_333_334));
@@ -240,7 +241,9 @@ mod tests {
 
     #[test]
     fn refills_and_caps() {
-        let Ok(b) = TokenBucket::new(10, 2) else { unreachable!() };
+        let Ok(b) = TokenBucket::new(10, 2) else {
+            unreachable!()
+        };
         assert_eq!(b.balance_at(0), 20_000);
         assert!(b.try_acquire(0) && b.try_acquire(0) && !b.try_acquire(0));
         assert_eq!(b.balance_at(50_000_000), 5_000);
@@ -255,7 +258,9 @@ mod tests {
 
     #[test]
     fn hostile_time() {
-        let Ok(b) = TokenBucket::new(1, 1) else { unreachable!() };
+        let Ok(b) = TokenBucket::new(1, 1) else {
+            unreachable!()
+        };
         let late = u64::MAX - 2_000_000_000;
         assert!(b.try_acquire(late));
         // Backwards, repeated: nothing minted.
@@ -266,7 +271,9 @@ mod tests {
         assert!(b.try_acquire(u64::MAX - 1_000_000_000));
         assert!(!b.try_acquire(u64::MAX));
         assert_eq!(b.balance_at(u64::MAX), 0);
-        let Ok(b) = TokenBucket::new(1, 1) else { unreachable!() };
+        let Ok(b) = TokenBucket::new(1, 1) else {
+            unreachable!()
+        };
         assert!(!b.try_acquire(u64::MAX)); // TAT would overflow: fail closed
     }
 }
