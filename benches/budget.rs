@@ -1,2 +1,138 @@
-//! Placeholder until the budget benchmarks land.
-fn main() {}
+//! Hedge budget benchmarks, with `governor`'s direct rate limiter measured
+//! in the same run as the peer.
+//!
+//! `cargo bench --bench budget -- --warm-up-time 1 --measurement-time 3`
+//!
+//! Our budgets take the caller's timestamp; governor reads its own clock
+//! (quanta) inside `check()`. `governor/check fake-clock` removes that read,
+//! so it is the like-for-like algorithmic peer.
+
+use criterion::{criterion_group, criterion_main, Criterion};
+use governor::clock::FakeRelativeClock;
+use governor::{Quota, RateLimiter};
+use std::hint::black_box;
+use std::num::NonZeroU32;
+use std::thread;
+use std::time::{Duration, Instant};
+use tailguard::budget::{HedgeBudget, RatioBudget, TokenBucket};
+
+const BIG: NonZeroU32 = NonZeroU32::MAX;
+
+fn always_granting_bucket() -> TokenBucket {
+    // 1 ns per token, burst 1000: a clock stepping by 1 ns always grants.
+    TokenBucket::new(u32::MAX, 1_000).expect("valid")
+}
+
+fn uncontended(c: &mut Criterion) {
+    let mut g = c.benchmark_group("uncontended");
+
+    let bucket = always_granting_bucket();
+    let mut now = 0_u64;
+    g.bench_function("bucket/try_acquire grant", |b| {
+        b.iter(|| {
+            now += 1;
+            black_box(bucket.try_acquire(black_box(now)))
+        })
+    });
+
+    let empty = TokenBucket::new(1, 1).expect("valid");
+    let _ = empty.try_acquire(0);
+    g.bench_function("bucket/try_acquire deny", |b| {
+        b.iter(|| black_box(empty.try_acquire(black_box(1))))
+    });
+
+    let ratio = RatioBudget::new(1, u32::MAX).expect("valid"); // never full
+    g.bench_function("ratio/on_request", |b| {
+        b.iter(|| ratio.on_request(black_box(0)))
+    });
+
+    // Grant path: a balance prefilled (untimed) with one token per iteration.
+    g.bench_function("ratio/try_acquire grant", |b| {
+        b.iter_custom(|iters| {
+            let ratio = RatioBudget::new(10_000, u32::MAX).expect("valid");
+            for _ in 0..iters {
+                ratio.on_request(0);
+            }
+            let start = Instant::now();
+            for _ in 0..iters {
+                black_box(ratio.try_acquire(black_box(0)));
+            }
+            start.elapsed()
+        })
+    });
+
+    let drained = RatioBudget::new(1_000, 1).expect("valid");
+    g.bench_function("ratio/try_acquire deny", |b| {
+        b.iter(|| black_box(drained.try_acquire(black_box(0))))
+    });
+
+    let gov = RateLimiter::direct(Quota::per_second(BIG));
+    g.bench_function("governor/check quanta-clock", |b| {
+        b.iter(|| black_box(gov.check().is_ok()))
+    });
+
+    // Frozen clock: the burst of 2³² − 1 cells outlasts the run, so every
+    // check is a grant, as in `bucket/try_acquire grant`.
+    let gov_fake =
+        RateLimiter::direct_with_clock(Quota::per_second(BIG), FakeRelativeClock::default());
+    g.bench_function("governor/check fake-clock", |b| {
+        b.iter(|| black_box(gov_fake.check().is_ok()))
+    });
+    g.finish();
+}
+
+/// Two threads hammering one budget; reports wall time per operation per
+/// thread (each thread runs `iters` operations).
+fn two_threads(iters: u64, op: impl Fn(u64) + Sync) -> Duration {
+    let start = Instant::now();
+    thread::scope(|s| {
+        for t in 0..2_u64 {
+            let op = &op;
+            s.spawn(move || {
+                for i in 0..iters {
+                    op(i * 2 + t);
+                }
+            });
+        }
+    });
+    start.elapsed()
+}
+
+fn contended(c: &mut Criterion) {
+    let mut g = c.benchmark_group("contended-2-threads");
+
+    let bucket = always_granting_bucket();
+    g.bench_function("bucket/try_acquire", |b| {
+        b.iter_custom(|iters| {
+            two_threads(iters, |now| {
+                black_box(bucket.try_acquire(now));
+            })
+        })
+    });
+
+    let ratio = RatioBudget::new(5_000, u32::MAX).expect("valid");
+    g.bench_function("ratio/on_request+try_acquire", |b| {
+        b.iter_custom(|iters| {
+            two_threads(iters, |now| {
+                if now & 2 == 0 {
+                    ratio.on_request(now);
+                } else {
+                    black_box(ratio.try_acquire(now));
+                }
+            })
+        })
+    });
+
+    let gov = RateLimiter::direct(Quota::per_second(BIG));
+    g.bench_function("governor/check quanta-clock", |b| {
+        b.iter_custom(|iters| {
+            two_threads(iters, |_| {
+                black_box(gov.check().is_ok());
+            })
+        })
+    });
+    g.finish();
+}
+
+criterion_group!(benches, uncontended, contended);
+criterion_main!(benches);

@@ -61,7 +61,7 @@ fn bucket_bound_holds_with_a_moving_clock() {
         let mut mine = 0;
         for n in 0..50_000_u64 {
             if i == 0 {
-                if n % 97 == 0 {
+                if n.is_multiple_of(97) {
                     clock.fetch_sub(3_000_000, Ordering::SeqCst); // a backwards step
                 } else {
                     clock.fetch_add(100_000, Ordering::SeqCst);
@@ -136,7 +136,7 @@ fn ratio_mixed_deposits_and_hedges_conserve_units() {
         start.wait();
         let mut mine = 0;
         for n in 0..40_000_u64 {
-            if (n + i as u64) % 3 != 0 {
+            if !(n + i as u64).is_multiple_of(3) {
                 dynb.on_request(n);
                 deposits.fetch_add(1, Ordering::Relaxed);
             } else {

@@ -96,18 +96,19 @@
 //!   single-core MCU that masks interrupts for a few dozen cycles per call,
 //!   which adds interrupt latency but cannot deadlock.
 //! - **32-bit compare-and-swap only** (`thumbv7em-none-eabihf` and other
-//!   32-bit targets): `AtomicU64` is *not lock-free* in `portable-atomic`; it
-//!   builds without any feature, but each 64-bit operation takes a global
-//!   sequence lock (a spin lock). That is correct between threads, but if an
-//!   interrupt handler uses a budget while the code it preempted holds that
-//!   lock on the same core, the handler spins forever. Choose one:
-//!   use budgets from a single execution priority only; or enable
-//!   `portable-atomic/unsafe-assume-single-core` in the binary (single-core
-//!   chips: interrupts are masked around each operation, cheapest and
-//!   deadlock-free); or `portable-atomic/unsafe-assume-privileged` on
-//!   multi-core chips running privileged code (lock taken with interrupts
-//!   masked). A 32-bit state variant that would be lock-free there is not
-//!   provided yet.
+//!   32-bit targets): `AtomicU64` is *not lock-free* in `portable-atomic`.
+//!   It builds without any feature, but every 64-bit store or
+//!   read-modify-write takes one of 67 global sequence locks (picked by
+//!   address) whose writers spin; loads read optimistically. That is
+//!   correct between threads, but if an interrupt handler uses a budget
+//!   while the code it preempted holds the lock on the same core, the
+//!   handler spins forever. Choose one: use budgets from a single execution
+//!   priority only; or enable `portable-atomic/unsafe-assume-single-core`
+//!   in the binary (single-core chips: interrupts are masked around each
+//!   operation, cheapest and deadlock-free); or
+//!   `portable-atomic/unsafe-assume-privileged` on multi-core chips running
+//!   privileged code (the lock is taken with interrupts masked). A 32-bit
+//!   state variant that would be lock-free there is not provided yet.
 //!
 //! On 64-bit hosts (x86-64, AArch64) every operation is a native, lock-free
 //! instruction.

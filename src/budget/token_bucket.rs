@@ -140,21 +140,16 @@ impl TokenBucket {
     /// `now_ns` exactly when this is at least one token.
     #[must_use]
     pub fn balance_at(&self, now_ns: u64) -> u64 {
-        self.balance_with(self.tat.load(Ordering::Relaxed), now_ns)
-    }
-
-    fn balance_with(&self, tat: u64, now_ns: u64) -> u64 {
+        let tat = self.tat.load(Ordering::Relaxed);
         let base = if tat > now_ns { tat } else { now_ns };
         // Time still unspent in the window; ≤ window_ns because base ≥ now.
         let room = now_ns.saturating_add(self.window_ns).saturating_sub(base);
-        let units =
-            (room as u128).saturating_mul(UNITS_PER_TOKEN as u128) / (self.interval_ns as u128);
-        // room ≤ window = burst × interval, so units ≤ burst × 10⁴ < 2⁴⁷.
-        if units > u64::MAX as u128 {
-            u64::MAX
-        } else {
-            units as u64
-        }
+        // room ≤ burst × interval, so this is ≤ burst × 10⁴ < 2⁴⁷; interval ≥ 1.
+        let units = u128::from(room)
+            .saturating_mul(u128::from(UNITS_PER_TOKEN))
+            .checked_div(u128::from(self.interval_ns))
+            .unwrap_or(0);
+        u64::try_from(units).unwrap_or(u64::MAX)
     }
 
     /// Takes one token without touching the counters.
