@@ -1,5 +1,64 @@
-//! tailguard: allocation-free, clock-free building blocks for adaptive
-//! hedged requests.
+//! Allocation-free, clock-free building blocks for adaptive hedged requests.
+//!
+//! A *straggler* — a request that is slow but not failed — should be raced,
+//! not retried: send a second copy once the first is slower than usual, keep
+//! whichever answers first, cancel the other. This crate gives the pieces,
+//! for `no_std` targets and servers alike:
+//!
+//! * [`DDSketch`]: a quantile sketch with a relative-error guarantee α, in
+//!   fixed memory (4 KiB by default), a few nanoseconds per
+//!   [`add`](DDSketch::add);
+//! * [`window::LatencyWindow`]: two sketches rotated by caller timestamps,
+//!   queried as one, with an O(1) cached quantile;
+//! * [`budget`]: lock-free token budgets that cap hedges to a share of
+//!   traffic;
+//! * [`hedge::Hedger`]: the per-request state machine — when to hedge,
+//!   whether one may, who won, whom to cancel.
+//!
+//! The crate never reads a clock, never allocates and never blocks: every
+//! call that needs time takes the caller's monotonic nanoseconds.
+//!
+//! ```
+//! use tailguard::hedge::{Attempt, HedgeConfig, Hedger, Idempotency, Plan};
+//!
+//! let mut hedger = Hedger::new(HedgeConfig::DEFAULT)?;
+//! let (mut request, plan) = hedger.start((), 0, Idempotency::Idempotent);
+//! //                        ^^^^^ tens of ns: a table look-up, a budget deposit
+//! assert_eq!(plan, Plan::NoHedge(tailguard::hedge::NoHedge::ColdStart)); // no data yet
+//! hedger.on_commit(&mut request, Attempt::PRIMARY, 4_000_000);
+//! //     ^^^^^^^^^ records 4 ms in the window: a sketch add
+//! # Ok::<(), tailguard::hedge::ConfigError>(())
+//! ```
+//!
+//! # Panics and error handling
+//! No function panics on any input. Invalid configuration is rejected at
+//! construction with a typed error that names the cause and the fix
+//! ([`MappingError`], [`budget::BudgetError`], [`hedge::ConfigError`]).
+//! Bad samples (NaN, ±∞, out of range, negative in an unsigned sketch) are
+//! refused with [`SketchError`] and change nothing. Out-of-order events
+//! (a second commit, a commit of an attempt never sent, a timer after the
+//! answer) get a documented "late"/"unknown"/"ignored" answer. Timestamps
+//! that go backwards, repeat or jump are survived. Counters saturate.
+//!
+//! # Accuracy
+//! A sketch with relative accuracy α answers every quantile within α of
+//! the exact lower quantile `sorted[⌊q·(n−1)⌋]`, whatever the mapping. With
+//! `N` buckets it covers values from `v` to `v · γ^N` (γ = (1+α)/(1−α)); at
+//! α = 1 % the default 1024 buckets span 1 µs to about 10 minutes (in ns).
+//! Past that range the lowest buckets collapse: [`DDSketch::collapse`] says
+//! so and from which value up the guarantee still holds; quantiles below it
+//! are over-estimated, never under-estimated.
+//!
+//! # Limitations
+//! * Bucket counters are `u32`: a bucket that receives more than 4·10⁹
+//!   samples saturates (reported by [`DDSketch::saturated`]).
+//! * On 32-bit targets 64-bit atomics are emulated by `portable-atomic`
+//!   with a lock; see [`budget`].
+//! * A [`hedge::Hedger`] takes `&mut self` for events: share it with a
+//!   mutex, or give each thread its own and share the budget (see
+//!   [`hedge`]'s *Concurrency*).
+//! * The crate cannot know whether a request is idempotent: the caller says
+//!   so on every [`hedge::Hedger::start`].
 #![no_std]
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
@@ -20,3 +79,8 @@ pub use budget::{Budget, BudgetError, BudgetStats, HedgeBudget, RatioBudget, Tok
 pub use mapping::{CubicMapping, IndexMapping, LinearMapping, LogarithmicMapping, MappingError};
 pub use sketch::{Collapsed, DDSketch, FromRelativeAccuracy, SignedSketch, SketchError};
 pub use store::{CollapsingHighestStore, CollapsingLowestStore, NoStore, Store};
+
+/// The README's examples, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
