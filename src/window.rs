@@ -123,7 +123,7 @@ impl<M: IndexMapping, S: Store> LatencyWindow<M, S> {
     pub fn record(&mut self, now: u64, latency_ns: u64) -> Result<(), SketchError> {
         self.advance(now);
         self.current.add(latency_ns as f64)?;
-        self.since_refresh += 1;
+        self.since_refresh = self.since_refresh.saturating_add(1);
         if self.since_refresh >= (self.count() / REFRESH_SHARE).max(1) {
             self.refresh();
         }

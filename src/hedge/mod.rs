@@ -244,7 +244,8 @@ impl<K: PartialEq + Copy, B: HedgeBudget, const T: usize, S: Store> Hedger<K, B,
         if permille == 1_000 {
             return quantile_ns;
         }
-        let scaled = u128::from(quantile_ns) * u128::from(permille) / 1_000;
+        // u64 × u32 fits u128 with room to spare.
+        let scaled = u128::from(quantile_ns).saturating_mul(u128::from(permille)) / 1_000;
         u64::try_from(scaled).unwrap_or(u64::MAX)
     }
 

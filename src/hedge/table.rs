@@ -47,7 +47,7 @@ impl<K: PartialEq + Copy, S: Store, B, const T: usize> Table<K, S, B, T> {
     /// is full. Returns the new entry's index and whether it evicted.
     pub(crate) fn insert(&mut self, target: Target<K, S, B>) -> (usize, bool) {
         match self.targets.push(target) {
-            Ok(()) => (self.targets.len() - 1, false),
+            Ok(()) => (self.targets.len().saturating_sub(1), false),
             Err(target) => {
                 let victim = self
                     .targets
@@ -71,7 +71,7 @@ impl<K: PartialEq + Copy, S: Store, B, const T: usize> Table<K, S, B, T> {
     pub(crate) fn evict_unused_since(&mut self, cutoff: u64) -> usize {
         let before = self.targets.len();
         self.targets.retain(|t| t.last_used >= cutoff);
-        before - self.targets.len()
+        before.saturating_sub(self.targets.len())
     }
 
     pub(crate) fn len(&self) -> usize {

@@ -253,7 +253,9 @@ impl<L: LogApproximation> LogLikeMapping<L> {
     /// ```
     pub fn buckets_for_range(&self, low: f64, high: f64) -> Option<u32> {
         let ok = low >= self.min_indexable && high <= self.max_indexable && low <= high;
-        let span = i64::from(self.index(high)) - i64::from(self.index(low)) + 1;
+        let span = i64::from(self.index(high))
+            .saturating_sub(i64::from(self.index(low)))
+            .saturating_add(1);
         ok.then(|| u32::try_from(span).ok()).flatten()
     }
 }
@@ -317,7 +319,8 @@ fn floor_to_i32(x: f64) -> i32 {
 fn split_float(v: f64) -> (f64, f64) {
     const MANTISSA: u64 = (1 << 52) - 1;
     let bits = v.to_bits();
-    let exponent = ((bits >> 52) & 0x7ff) as i32 - 1023;
+    // The biased exponent is 11 bits, 0..=2047: the subtraction never wraps.
+    let exponent = (((bits >> 52) & 0x7ff) as i32).wrapping_sub(1023);
     let significand = f64::from_bits((bits & MANTISSA) | 1.0f64.to_bits());
     (f64::from(exponent), significand - 1.0)
 }
