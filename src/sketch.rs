@@ -368,7 +368,8 @@ impl<M: IndexMapping, P: Store, N: Store> DDSketch<M, P, N> {
     /// side for rounding.
     fn key_hint(&self, low: f64, high: f64) -> (i32, i32) {
         let key = |v: f64| {
-            let v = v.clamp(self.min_indexable, self.max_indexable);
+            // `max`/`min`, not `clamp`: `clamp` asserts its bounds are ordered.
+            let v = v.max(self.min_indexable).min(self.max_indexable);
             self.mapping.index(v)
         };
         (key(low).saturating_sub(1), key(high).saturating_add(1))

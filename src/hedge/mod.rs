@@ -221,7 +221,7 @@ impl<K: PartialEq + Copy, B: HedgeBudget, const T: usize, S: Store> Hedger<K, B,
             };
             match delay {
                 Some((d, from_prior)) => {
-                    let d = d.clamp(self.config.min_delay_ns, self.config.max_delay_ns);
+                    let d = self.bound(d);
                     let at = now.saturating_add(d);
                     request.delay_ns = d;
                     request.next_hedge_at = Some(at);
@@ -236,6 +236,12 @@ impl<K: PartialEq + Copy, B: HedgeBudget, const T: usize, S: Store> Hedger<K, B,
             }
         };
         (request, plan)
+    }
+
+    /// `delay` within `[min_delay, max_delay]` (not `clamp`, which asserts
+    /// its bounds are ordered: validated here, but not provably so).
+    fn bound(&self, delay: u64) -> u64 {
+        delay.max(self.config.min_delay_ns).min(self.config.max_delay_ns)
     }
 
     /// The quantile times the configured multiplier, saturating.
@@ -480,10 +486,7 @@ impl<K: PartialEq + Copy, B: HedgeBudget, const T: usize, S: Store> Hedger<K, B,
             return None;
         }
         let q = window.cached_quantile()?;
-        Some(
-            self.scale(q)
-                .clamp(self.config.min_delay_ns, self.config.max_delay_ns),
-        )
+        Some(self.bound(self.scale(q)))
     }
 
     /// The latency window of `target`, if the table holds it.
