@@ -199,6 +199,18 @@ impl<const N: usize, S: CollapseSide> CollapsingStore<N, S> {
             Collapse::Highest if shift < 0 => N - leaving..N,
             _ => 0..0,
         };
+        // Samples already counted as collapsed all sit in the edge bucket;
+        // if it is folded again they must not be counted twice.
+        let edge_before = match side {
+            Collapse::Lowest => self.counts.first(),
+            Collapse::Highest => self.counts.last(),
+        }
+        .map_or(0, |&c| u64::from(c));
+        let refolded = if range.is_empty() {
+            0
+        } else {
+            min(self.collapsed, edge_before)
+        };
         let folded: u64 = match self.counts.get_mut(range) {
             Some(gone) => {
                 let sum = gone.iter().map(|&c| u64::from(c)).sum();
@@ -221,7 +233,7 @@ impl<const N: usize, S: CollapseSide> CollapsingStore<N, S> {
             self.add_at(edge, part);
             rest -= u64::from(part);
         }
-        self.collapsed = self.collapsed.saturating_add(folded);
+        self.collapsed = self.collapsed.saturating_add(folded - refolded);
         self.has_collapsed = true;
     }
 
