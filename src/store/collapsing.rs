@@ -391,6 +391,23 @@ impl<const N: usize, S: CollapseSide> Store for CollapsingStore<N, S> {
         self.bins_impl()
     }
 
+    fn merge(&mut self, other: &Self) {
+        for (key, count) in other.bins() {
+            self.add(key, count);
+        }
+        if other.has_collapsed {
+            if !self.has_collapsed {
+                // `other`'s edge bucket holds folded samples. Its bins fitted
+                // this window without a collapse, so every occupied key lies
+                // in `other`'s window: pin ours there, as one store fed both
+                // streams would be, so the collapse is reported at its bound.
+                self.move_window(i64::from(other.offset));
+                self.has_collapsed = true;
+            }
+            self.collapsed = self.collapsed.saturating_add(other.collapsed);
+        }
+    }
+
     fn clear(&mut self) {
         self.clear_impl();
     }
