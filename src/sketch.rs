@@ -459,8 +459,9 @@ impl<M: IndexMapping, P: Store, N: Store> DDSketch<M, P, N> {
     ///
     /// Samples are counted by bucket: all of `value`'s bucket counts as
     /// `<= value`, so the answer lies between the exact fractions of samples
-    /// `<= value` and `< value · γ`. Exactly 0 below the minimum and 1 at or
-    /// above the maximum.
+    /// `<= value` and `< value · γ` (`< value / γ` for a negative `value`;
+    /// `< min_indexable_value` inside the zero bucket). Exactly 0 below the
+    /// minimum and 1 at or above the maximum.
     ///
     /// # Errors
     /// [`SketchError::NotANumber`] if `value` is NaN.
