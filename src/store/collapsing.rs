@@ -404,7 +404,15 @@ impl<const N: usize, S: CollapseSide> Store for CollapsingStore<N, S> {
                 self.move_window(i64::from(other.offset));
                 self.has_collapsed = true;
             }
-            self.collapsed = self.collapsed.saturating_add(other.collapsed);
+            // The other's collapsed samples may already have been counted
+            // here if its edge bucket was folded again; the collapsed
+            // samples all sit in the edge bucket, so cap at its count.
+            let edge = match S::SIDE {
+                Collapse::Lowest => self.counts.first(),
+                Collapse::Highest => self.counts.last(),
+            }
+            .map_or(0, |&c| u64::from(c));
+            self.collapsed = min(self.collapsed.saturating_add(other.collapsed), edge);
         }
     }
 
