@@ -33,7 +33,12 @@ where
     Ok(())
 }
 
-fn check_unsigned<M, P>(a: f64, side: Side, data: &[f64], sorted: &[f64]) -> Result<(), TestCaseError>
+fn check_unsigned<M, P>(
+    a: f64,
+    side: Side,
+    data: &[f64],
+    sorted: &[f64],
+) -> Result<(), TestCaseError>
 where
     M: IndexMapping + tailguard::FromRelativeAccuracy,
     P: Store,

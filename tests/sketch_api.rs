@@ -56,7 +56,10 @@ where
         prop_assert!(c.samples <= sa.count(), "{:?} of {}", c, sa.count());
     }
     // Collapsed or not, at the same bound.
-    prop_assert_eq!(sa.collapse().map(|c| c.bound), union.collapse().map(|c| c.bound));
+    prop_assert_eq!(
+        sa.collapse().map(|c| c.bound),
+        union.collapse().map(|c| c.bound)
+    );
     prop_assert_eq!(
         sa.negative_collapse().map(|c| c.bound),
         union.negative_collapse().map(|c| c.bound)
@@ -119,7 +122,10 @@ fn bad_values_are_rejected_and_change_nothing() {
     let before = snapshot(&s);
     assert_eq!(s.add(f64::NAN), Err(SketchError::NotANumber));
     assert_eq!(s.add(-f64::NAN), Err(SketchError::NotANumber));
-    assert_eq!(s.add(f64::INFINITY), Err(SketchError::ValueOutOfRange(f64::INFINITY)));
+    assert_eq!(
+        s.add(f64::INFINITY),
+        Err(SketchError::ValueOutOfRange(f64::INFINITY))
+    );
     assert_eq!(
         s.add(f64::NEG_INFINITY),
         Err(SketchError::ValueOutOfRange(f64::NEG_INFINITY))
@@ -130,7 +136,10 @@ fn bad_values_are_rejected_and_change_nothing() {
     assert_eq!(s.add(-1.0), Err(SketchError::NegativeValue(-1.0)));
     assert_eq!(s.add_weighted(f64::NAN, 3), Err(SketchError::NotANumber));
     assert_eq!(s.add_weighted(f64::NAN, 0), Err(SketchError::NotANumber));
-    assert_eq!(s.add_weighted(-2.0, 7), Err(SketchError::NegativeValue(-2.0)));
+    assert_eq!(
+        s.add_weighted(-2.0, 7),
+        Err(SketchError::NegativeValue(-2.0))
+    );
     // Weight 0 adds nothing and succeeds (documented), even out of range.
     assert_eq!(s.add_weighted(3.0, 0), Ok(()));
     assert_eq!(s.add_weighted(f64::INFINITY, 0), Ok(()));
@@ -142,7 +151,10 @@ fn bad_values_are_rejected_and_change_nothing() {
     assert!(q.is_finite() && (q - top).abs() <= 0.01 * top);
 
     let mut signed: SignedSketch = SignedSketch::with_accuracy(0.01).unwrap();
-    assert_eq!(signed.add(-f64::MAX), Err(SketchError::ValueOutOfRange(-f64::MAX)));
+    assert_eq!(
+        signed.add(-f64::MAX),
+        Err(SketchError::ValueOutOfRange(-f64::MAX))
+    );
     assert_eq!(signed.add(-1.0), Ok(()));
     let bottom = -signed.mapping().max_indexable_value();
     assert_eq!(signed.add(bottom), Ok(()));
@@ -153,7 +165,14 @@ fn bad_values_are_rejected_and_change_nothing() {
 #[test]
 fn zeros_and_subnormals_go_to_the_zero_bucket() {
     let mut s = DDSketch::new(0.01).unwrap();
-    for v in [0.0, -0.0, 5e-324, -5e-324, f64::MIN_POSITIVE / 2.0, -f64::MIN_POSITIVE] {
+    for v in [
+        0.0,
+        -0.0,
+        5e-324,
+        -5e-324,
+        f64::MIN_POSITIVE / 2.0,
+        -f64::MIN_POSITIVE,
+    ] {
         assert_eq!(s.add(v), Ok(()), "{v:e}");
     }
     assert_eq!(s.zero_count(), 6);
@@ -176,7 +195,14 @@ fn zeros_and_subnormals_go_to_the_zero_bucket() {
 #[test]
 fn invalid_quantiles_are_errors() {
     let mut s = DDSketch::new(0.01).unwrap();
-    for q in [-0.01, 1.01, f64::NAN, f64::INFINITY, f64::NEG_INFINITY, -1e-300] {
+    for q in [
+        -0.01,
+        1.01,
+        f64::NAN,
+        f64::INFINITY,
+        f64::NEG_INFINITY,
+        -1e-300,
+    ] {
         let err = s.quantile(q).unwrap_err();
         assert!(matches!(err, SketchError::InvalidQuantile(x) if x.to_bits() == q.to_bits()));
         assert!(s.quantiles(&[0.5, q]).is_err());
@@ -197,7 +223,10 @@ fn empty_sketch_answers_none() {
     assert_eq!(s.quantiles(&[0.0, 1.0]), Ok(None));
     assert_eq!(s.quantiles(&[]), Ok(None));
     assert_eq!(s.rank(1.0), Ok(None));
-    assert_eq!((s.min(), s.max(), s.sum(), s.mean()), (None, None, None, None));
+    assert_eq!(
+        (s.min(), s.max(), s.sum(), s.mean()),
+        (None, None, None, None)
+    );
     assert_eq!(s.collapse(), None);
     assert_eq!(s.negative_collapse(), None);
     // Cleared sketches are empty again, and forget their collapse.
@@ -271,7 +300,10 @@ fn invalid_relative_accuracy_is_a_typed_error() {
             other => panic!("{a}: {other:?}"),
         }
         assert!(SignedSketch::<LinearMapping>::with_accuracy(a).is_err());
-        assert!(DDSketch::<LogarithmicMapping, CollapsingLowestStore<8>, NoStore>::with_accuracy(a).is_err());
+        assert!(
+            DDSketch::<LogarithmicMapping, CollapsingLowestStore<8>, NoStore>::with_accuracy(a)
+                .is_err()
+        );
     }
     let e = DDSketch::new(2.0).unwrap_err();
     assert!(!e.to_string().is_empty());

@@ -48,7 +48,12 @@ where
     let c = s.collapse();
     prop_assert!(c.is_some(), "no collapse with {} buckets", P::CAPACITY);
     let c = c.unwrap();
-    prop_assert!(c.samples > 0 && c.samples <= s.count(), "{:?} count {}", c, s.count());
+    prop_assert!(
+        c.samples > 0 && c.samples <= s.count(),
+        "{:?} count {}",
+        c,
+        s.count()
+    );
     if N::CAPACITY > 0 {
         let nc = s.negative_collapse();
         prop_assert!(nc.is_some(), "no negative collapse");
@@ -61,7 +66,11 @@ where
     // Some exact quantile lies on the kept side: the test is not vacuous.
     let kept = common::qs().iter().any(|&q| {
         let x = common::exact_quantile(&sorted, q);
-        let store = if x > 0.0 { Some(c) } else { s.negative_collapse() };
+        let store = if x > 0.0 {
+            Some(c)
+        } else {
+            s.negative_collapse()
+        };
         store.is_some_and(|c| match side {
             Side::Lowest => x.abs() >= c.bound,
             Side::Highest => x.abs() < c.bound,

@@ -114,15 +114,13 @@ pub fn dataset(size: impl Strategy<Value = usize>) -> impl Strategy<Value = (Sha
     )
         .prop_flat_map(|(shape, e, p, n)| {
             let s = 10f64.powi(e);
-            prop::collection::vec((0.0f64..1.0, 0.0f64..1.0, 0.0f64..1.0), n).prop_map(
-                move |us| {
-                    let values = us
-                        .into_iter()
-                        .map(|(a, b, c)| sample(shape, s, p, [a, b, c]))
-                        .collect();
-                    (shape, values)
-                },
-            )
+            prop::collection::vec((0.0f64..1.0, 0.0f64..1.0, 0.0f64..1.0), n).prop_map(move |us| {
+                let values = us
+                    .into_iter()
+                    .map(|(a, b, c)| sample(shape, s, p, [a, b, c]))
+                    .collect();
+                (shape, values)
+            })
         })
 }
 
@@ -222,7 +220,13 @@ pub fn check_estimate<M: IndexMapping, P: Store, N: Store>(
     }
     // On the collapsed side: same sign, and the magnitude errs only one way.
     let bound = collapse.map_or(0.0, |c| c.bound);
-    prop_assert!(est.signum() == x.signum(), "q={} exact={:e} est={:e}", q, x, est);
+    prop_assert!(
+        est.signum() == x.signum(),
+        "q={} exact={:e} est={:e}",
+        q,
+        x,
+        est
+    );
     let e = est.abs();
     match side {
         Side::Lowest => {
@@ -342,7 +346,14 @@ pub fn rank_probes(sorted: &[f64]) -> Vec<f64> {
         probes.push(x * 1.5);
         probes.push(x * 0.75);
     }
-    probes.extend([0.0, -0.0, f64::INFINITY, f64::NEG_INFINITY, f64::MAX, -f64::MAX]);
+    probes.extend([
+        0.0,
+        -0.0,
+        f64::INFINITY,
+        f64::NEG_INFINITY,
+        f64::MAX,
+        -f64::MAX,
+    ]);
     probes
 }
 
