@@ -285,6 +285,18 @@ fn saturated_buckets_stay_consistent() {
     assert_eq!(c.count(), bins);
     assert_eq!(c.count() + c.saturated(), 2 * max + 1);
     assert!(c.quantile(1.0).unwrap().is_some());
+    // Merging saturates the same way, in the window fast path or not.
+    for far in [11.0, 1e12] {
+        let mut a = DDSketch::new(0.01).unwrap();
+        a.add_weighted(10.0, u32::MAX - 1).unwrap();
+        let mut b = a.clone();
+        b.add(far).unwrap();
+        a.merge(&b).unwrap();
+        let bins: u64 = a.positive_store().bins().map(|(_, n)| u64::from(n)).sum();
+        assert_eq!(a.count(), bins);
+        assert_eq!(a.count() + a.saturated(), 2 * (max - 1) + 1, "{far}");
+        assert_eq!(a.saturated(), max - 2);
+    }
     // The unsigned default counts refused negatives nowhere.
     let d = DDSketch::new(0.01).unwrap();
     assert_eq!(d.saturated(), 0);
