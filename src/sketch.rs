@@ -14,7 +14,7 @@ use core::fmt;
 ///   which covers a dynamic range of `2^(1024 / 35)` ≈ 6·10⁸ (1 µs to
 ///   10 minutes in nanoseconds) at α = 1 % before it collapses.
 /// * `N` stores negative values, keyed on `−v`: [`NoStore`] by default, so
-///   the default sketch rejects negative values and takes 4 KiB plus 120 bytes;
+///   the default sketch rejects negative values and takes 4 KiB plus 128 bytes;
 ///   use [`SignedSketch`] for data of both signs.
 ///
 /// Zero, and magnitudes below the mapping's

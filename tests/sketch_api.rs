@@ -332,3 +332,16 @@ fn default_sketch_fits_in_4_kib_plus_128() {
     println!("size_of::<SignedSketch>() = {signed}");
     assert!(signed <= 2 * 4096 + 256, "{signed}");
 }
+
+#[test]
+fn store_size_is_as_documented() {
+    // `CollapsingStore` docs: 4 · N + 32 bytes.
+    assert_eq!(
+        core::mem::size_of::<CollapsingLowestStore<1024>>(),
+        4 * 1024 + 32
+    );
+    assert_eq!(
+        core::mem::size_of::<CollapsingHighestStore<16>>(),
+        4 * 16 + 32
+    );
+}

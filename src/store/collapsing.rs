@@ -38,7 +38,7 @@ impl CollapseSide for Highest {
 ///
 /// Use it through [`CollapsingLowestStore`](super::CollapsingLowestStore) or
 /// [`CollapsingHighestStore`](super::CollapsingHighestStore). Takes
-/// `4 · N + 40` bytes.
+/// `4 · N + 32` bytes.
 #[derive(Clone, Debug)]
 pub struct CollapsingStore<const N: usize, S> {
     counts: [u32; N],
