@@ -14,7 +14,7 @@ use core::fmt;
 ///   which covers a dynamic range of `2^(1024 / 35)` ≈ 6·10⁸ (1 µs to
 ///   10 minutes in nanoseconds) at α = 1 % before it collapses.
 /// * `N` stores negative values, keyed on `−v`: [`NoStore`] by default, so
-///   the default sketch rejects negative values and takes 4 KiB plus 120 bytes;
+///   the default sketch rejects negative values and takes 4 KiB plus 128 bytes;
 ///   use [`SignedSketch`] for data of both signs.
 ///
 /// Zero, and magnitudes below the mapping's
@@ -460,8 +460,9 @@ impl<M: IndexMapping, P: Store, N: Store> DDSketch<M, P, N> {
     ///
     /// Samples are counted by bucket: all of `value`'s bucket counts as
     /// `<= value`, so the answer lies between the exact fractions of samples
-    /// `<= value` and `< value · γ`. Exactly 0 below the minimum and 1 at or
-    /// above the maximum.
+    /// `<= value` and `< value · γ` (`< value / γ` for a negative `value`;
+    /// `< min_indexable_value` inside the zero bucket). Exactly 0 below the
+    /// minimum and 1 at or above the maximum.
     ///
     /// # Errors
     /// [`SketchError::NotANumber`] if `value` is NaN.

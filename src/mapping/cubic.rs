@@ -30,12 +30,17 @@ impl LogApproximation for CubicLog {
 
     fn exp(x: f64) -> f64 {
         let e = libm::floor(x);
-        // Solve P(s) = x − e for s in [0, 1) with Cardano's formula (the cubic
-        // is increasing there, so the real root is unique).
-        let d0 = B * B - 3.0 * A * C;
-        let d1 = 2.0 * B * B * B - 9.0 * A * B * C - 27.0 * A * A * (x - e);
-        let p = libm::cbrt((d1 - libm::sqrt(d1 * d1 - 4.0 * d0 * d0 * d0)) / 2.0);
-        let s = -(B + p + d0 / p) / (3.0 * A);
+        let t = x - e;
+        // Solve P(s) = t for s in [0, 1) by Newton's method (P is increasing
+        // there, P' >= 0.74): from the guess 0.7 t + 0.3 t^2 (within 0.014),
+        // three steps reach the rounding of P itself (< 1e-15). Cheaper than
+        // Cardano's formula, whose `cbrt` and `sqrt` dominated `quantile`.
+        let mut s = t * (0.7 + 0.3 * t);
+        for _ in 0..3 {
+            let p = ((A * s + B) * s + C) * s;
+            let dp = (3.0 * A * s + 2.0 * B) * s + C;
+            s -= (p - t) / dp;
+        }
         build_float(e, s)
     }
 }

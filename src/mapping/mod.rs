@@ -58,8 +58,10 @@ pub enum Interpolation {
 ///
 /// Every implementation keeps the relative-accuracy guarantee: for every `v`
 /// in `[min_indexable_value, max_indexable_value]`,
-/// `|value(index(v)) − v| ≤ relative_accuracy · v` (up to floating-point
-/// rounding of a few ulps).
+/// `|value(index(v)) − v| ≤ relative_accuracy · v`, up to floating-point
+/// rounding of a few ulps *of the logarithm*: about `ε · (2 + |ln v|)`
+/// relative, i.e. a few ulps of `v` near 1 and up to ~10⁻¹³ at the ends
+/// of the `f64` range.
 pub trait IndexMapping: Copy + fmt::Debug + PartialEq {
     /// The interpolation, for the wire format.
     const INTERPOLATION: Interpolation;
@@ -72,7 +74,8 @@ pub trait IndexMapping: Copy + fmt::Debug + PartialEq {
     /// accuracy guarantee.
     fn index(&self, value: f64) -> i32;
 
-    /// The smallest value that maps to `index`.
+    /// The smallest value that maps to `index`, up to the same rounding
+    /// (a few ulps near 1, relatively ~10⁻¹³ at the ends of the range).
     fn lower_bound(&self, index: i32) -> f64;
 
     /// The value that represents bucket `index`: `lower_bound(index) · (1 + α)`.

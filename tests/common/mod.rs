@@ -1,0 +1,395 @@
+//! Shared helpers for the sketch property tests: data shapes built from
+//! proptest's own uniform samples, and exact-oracle checks.
+#![allow(dead_code)]
+
+use proptest::prelude::*;
+use tailguard::{DDSketch, IndexMapping, Store};
+
+/// Proptest cases: `PROPTEST_CASES` if set, otherwise `default`.
+pub fn cases(default: u32) -> u32 {
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(default)
+}
+
+/// Data shapes for the accuracy tests.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Shape {
+    Uniform,
+    Normal,
+    LogNormal,
+    Exponential,
+    Pareto,
+    Constant,
+    Bimodal,
+    MixedSign,
+    AroundZero,
+    NearMinIndexable,
+    WideRange,
+}
+
+pub const SHAPES: [Shape; 11] = [
+    Shape::Uniform,
+    Shape::Normal,
+    Shape::LogNormal,
+    Shape::Exponential,
+    Shape::Pareto,
+    Shape::Constant,
+    Shape::Bimodal,
+    Shape::MixedSign,
+    Shape::AroundZero,
+    Shape::NearMinIndexable,
+    Shape::WideRange,
+];
+
+/// A standard normal deviate from two uniforms in `[0, 1)` (Box–Muller).
+fn normal(u1: f64, u2: f64) -> f64 {
+    (-2.0 * (1.0 - u1).ln()).sqrt() * (2.0 * core::f64::consts::PI * u2).cos()
+}
+
+/// One value of `shape` at scale `s` with shape parameter `p` in `[0, 1)`,
+/// from three uniforms in `[0, 1)`.
+pub fn sample(shape: Shape, s: f64, p: f64, u: [f64; 3]) -> f64 {
+    let [u1, u2, u3] = u;
+    match shape {
+        Shape::Uniform => s * u1,
+        Shape::Normal => s * (1.0 + 0.25 * normal(u1, u2)),
+        Shape::LogNormal => s * (((0.1 + 2.0 * p) * normal(u1, u2)).exp()),
+        Shape::Exponential => -s * (1.0 - u1).ln(),
+        Shape::Pareto => {
+            // Tail index 1..3; u capped so the range stays within 10^12.
+            let a = 1.0 + 2.0 * p;
+            s / (1.0 - u1 * (1.0 - 1e-12)).powf(1.0 / a)
+        }
+        Shape::Constant => s * (1.0 + p),
+        Shape::Bimodal => {
+            let base = if u3 < 0.7 { s } else { 1000.0 * s };
+            base * (0.3 * normal(u1, u2)).exp()
+        }
+        Shape::MixedSign => {
+            let v = s * (normal(u1, u2)).exp();
+            if u3 < 0.5 {
+                -v
+            } else {
+                v
+            }
+        }
+        Shape::AroundZero => {
+            let sign = if u2 < 0.5 { -1.0 } else { 1.0 };
+            match (u3 * 5.0) as u32 {
+                0 => 0.0,
+                1 => -0.0,
+                // Subnormals (and the smallest normal).
+                2 => sign * u1 * f64::MIN_POSITIVE,
+                3 => sign * f64::from_bits(1 + (u1 * 1000.0) as u64),
+                _ => sign * 1e-6 * 10f64.powf(3.0 * u1),
+            }
+        }
+        Shape::NearMinIndexable => {
+            let sign = if u2 < 0.5 { -1.0 } else { 1.0 };
+            sign * f64::MIN_POSITIVE * 2f64.powf(8.0 * u1)
+        }
+        Shape::WideRange => s * 10f64.powf(12.0 * u1),
+    }
+}
+
+/// Sizes: mostly small, a few large (up to 10^5).
+pub fn size() -> impl Strategy<Value = usize> {
+    prop_oneof![
+        24 => 1usize..100,
+        6 => 100usize..3000,
+        1 => 3000usize..=100_000,
+    ]
+}
+
+/// A data set: `(shape, values)`.
+pub fn dataset(size: impl Strategy<Value = usize>) -> impl Strategy<Value = (Shape, Vec<f64>)> {
+    let scale = prop_oneof![4 => -3i32..=9, 1 => -290i32..=290];
+    (
+        proptest::sample::select(&SHAPES[..]),
+        scale,
+        0.0f64..1.0,
+        size,
+    )
+        .prop_flat_map(|(shape, e, p, n)| {
+            let s = 10f64.powi(e);
+            prop::collection::vec((0.0f64..1.0, 0.0f64..1.0, 0.0f64..1.0), n).prop_map(move |us| {
+                let values = us
+                    .into_iter()
+                    .map(|(a, b, c)| sample(shape, s, p, [a, b, c]))
+                    .collect();
+                (shape, values)
+            })
+        })
+}
+
+/// Relative accuracies the accuracy tests pick from.
+pub fn alpha() -> impl Strategy<Value = f64> {
+    proptest::sample::select(&[0.005, 0.01, 0.02, 0.05][..])
+}
+
+/// The side a store collapses on, for the oracle.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Side {
+    Lowest,
+    Highest,
+}
+
+/// Floating slack on top of α.
+pub const SLACK: f64 = 1e-12;
+
+/// Exact lower quantile, with the same rank arithmetic the sketch documents:
+/// `sorted[floor(q·(n−1))]`.
+pub fn exact_quantile(sorted: &[f64], q: f64) -> f64 {
+    let last = sorted.len() - 1;
+    sorted[((q * last as f64).floor() as usize).min(last)]
+}
+
+/// The 101 quantiles 0, 0.01, …, 1.
+pub fn qs() -> [f64; 101] {
+    core::array::from_fn(|i| i as f64 / 100.0)
+}
+
+pub fn sorted(data: &[f64]) -> Vec<f64> {
+    let mut s = data.to_vec();
+    s.sort_by(f64::total_cmp);
+    s
+}
+
+/// Feeds `data` one by one.
+pub fn feed<M: IndexMapping, P: Store, N: Store>(
+    sketch: &mut DDSketch<M, P, N>,
+    data: &[f64],
+) -> Result<(), TestCaseError> {
+    for &v in data {
+        prop_assert_eq!(sketch.add(v), Ok(()), "add({:e})", v);
+    }
+    Ok(())
+}
+
+/// Checks one estimate `est` of the exact quantile `x` against the α
+/// guarantee, relaxed on the collapsed side of a collapsed store.
+pub fn check_estimate<M: IndexMapping, P: Store, N: Store>(
+    sketch: &DDSketch<M, P, N>,
+    side: Side,
+    q: f64,
+    x: f64,
+    est: f64,
+) -> Result<(), TestCaseError> {
+    let m = sketch.mapping();
+    let alpha = m.relative_accuracy();
+    let min_idx = m.min_indexable_value();
+    let mag = x.abs();
+    if mag < min_idx {
+        // The zero bucket: reported as 0 (then clamped into [min, max]).
+        prop_assert!(
+            (est - x).abs() <= min_idx,
+            "q={} exact={:e} est={:e} (zero bucket)",
+            q,
+            x,
+            est
+        );
+        return Ok(());
+    }
+    let collapse = if x > 0.0 {
+        sketch.collapse()
+    } else {
+        sketch.negative_collapse()
+    };
+    let tol = (alpha + SLACK) * mag;
+    let exact_side = match collapse {
+        None => true,
+        Some(c) => match side {
+            Side::Lowest => mag >= c.bound,
+            Side::Highest => mag < c.bound,
+        },
+    };
+    if exact_side {
+        prop_assert!(
+            (est - x).abs() <= tol,
+            "q={} exact={:e} est={:e} rel err={:e} alpha={} collapse={:?}",
+            q,
+            x,
+            est,
+            ((est - x) / x).abs(),
+            alpha,
+            collapse
+        );
+        return Ok(());
+    }
+    // On the collapsed side: same sign, and the magnitude errs only one way.
+    let bound = collapse.map_or(0.0, |c| c.bound);
+    prop_assert!(
+        est.signum() == x.signum(),
+        "q={} exact={:e} est={:e}",
+        q,
+        x,
+        est
+    );
+    let e = est.abs();
+    match side {
+        Side::Lowest => {
+            // Over-estimated in magnitude, never under beyond α, and at most
+            // up to the collapsed bucket's representative.
+            prop_assert!(
+                e >= mag * (1.0 - alpha - SLACK),
+                "collapsed low: q={} exact={:e} est={:e} bound={:e}",
+                q,
+                x,
+                est,
+                bound
+            );
+            prop_assert!(
+                e <= mag.max(bound) * (1.0 + alpha + SLACK),
+                "collapsed low too high: q={} exact={:e} est={:e} bound={:e}",
+                q,
+                x,
+                est,
+                bound
+            );
+        }
+        Side::Highest => {
+            prop_assert!(
+                e <= mag * (1.0 + alpha + SLACK),
+                "collapsed high: q={} exact={:e} est={:e} bound={:e}",
+                q,
+                x,
+                est,
+                bound
+            );
+            prop_assert!(
+                e >= mag.min(bound) * (1.0 - alpha - SLACK),
+                "collapsed high too low: q={} exact={:e} est={:e} bound={:e}",
+                q,
+                x,
+                est,
+                bound
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Every quantile 0..=1 step 0.01 against the exact oracle; `quantiles`
+/// agrees with `quantile`; min/max/count exact.
+pub fn check_quantiles<M: IndexMapping, P: Store, N: Store>(
+    sketch: &DDSketch<M, P, N>,
+    side: Side,
+    sorted: &[f64],
+) -> Result<(), TestCaseError> {
+    prop_assert_eq!(sketch.count(), sorted.len() as u64);
+    prop_assert_eq!(sketch.saturated(), 0);
+    prop_assert_eq!(sketch.min(), sorted.first().copied());
+    prop_assert_eq!(sketch.max(), sorted.last().copied());
+    let qs = qs();
+    let all = sketch.quantiles(&qs).expect("valid qs").expect("not empty");
+    for (&q, &from_all) in qs.iter().zip(&all) {
+        let est = sketch.quantile(q).expect("valid q").expect("not empty");
+        prop_assert_eq!(
+            est.to_bits(),
+            from_all.to_bits(),
+            "quantile({}) = {:e} but quantiles() gave {:e}",
+            q,
+            est,
+            from_all
+        );
+        check_estimate(sketch, side, q, exact_quantile(sorted, q), est)?;
+    }
+    Ok(())
+}
+
+/// `rank(v)` lies between the exact fractions of samples `<= v` and of
+/// samples in buckets up to `v`'s: `< v·γ` for positive `v`, `< v/γ` for
+/// negative `v`, `< min_indexable` inside the zero bucket.
+pub fn check_rank<M: IndexMapping, P: Store, N: Store>(
+    sketch: &DDSketch<M, P, N>,
+    sorted: &[f64],
+    v: f64,
+) -> Result<(), TestCaseError> {
+    let m = sketch.mapping();
+    let alpha = m.relative_accuracy();
+    let gamma = (1.0 + alpha) / (1.0 - alpha) * (1.0 + SLACK);
+    let min_idx = m.min_indexable_value();
+    let n = sorted.len() as f64;
+    let est = sketch.rank(v).expect("not NaN").expect("not empty");
+    let at_or_below = sorted.partition_point(|&x| x <= v) as f64 / n;
+    let limit = if v >= min_idx {
+        v * gamma
+    } else if v <= -min_idx {
+        v / gamma
+    } else {
+        min_idx
+    };
+    let below_limit = sorted.partition_point(|&x| x < limit) as f64 / n;
+    // Fractions are compared with a little float slack.
+    prop_assert!(
+        est >= at_or_below - 1e-12 && est <= below_limit.max(at_or_below) + 1e-12,
+        "rank({:e}) = {} not in [{}, {}]",
+        v,
+        est,
+        at_or_below,
+        below_limit
+    );
+    Ok(())
+}
+
+/// Probes for `rank`: every sample (up to 200 of them) and its one-ulp
+/// neighbours, plus values between and beyond.
+pub fn rank_probes(sorted: &[f64]) -> Vec<f64> {
+    let step = (sorted.len() / 200).max(1);
+    let mut probes = Vec::new();
+    for &x in sorted.iter().step_by(step) {
+        probes.push(x);
+        probes.push(next_up(x));
+        probes.push(next_down(x));
+        probes.push(x * 1.5);
+        probes.push(x * 0.75);
+    }
+    probes.extend([
+        0.0,
+        -0.0,
+        f64::INFINITY,
+        f64::NEG_INFINITY,
+        f64::MAX,
+        -f64::MAX,
+    ]);
+    probes
+}
+
+pub fn next_up(x: f64) -> f64 {
+    if x == 0.0 {
+        f64::from_bits(1)
+    } else if x > 0.0 {
+        f64::from_bits(x.to_bits() + 1)
+    } else {
+        f64::from_bits(x.to_bits() - 1)
+    }
+}
+
+pub fn next_down(x: f64) -> f64 {
+    -next_up(-x)
+}
+
+/// Everything the accuracy tests assert about one sketch fed `data`.
+pub fn check_all<M: IndexMapping, P: Store, N: Store>(
+    sketch: &mut DDSketch<M, P, N>,
+    side: Side,
+    data: &[f64],
+    sorted: &[f64],
+) -> Result<(), TestCaseError> {
+    feed(sketch, data)?;
+    prop_assert_eq!(sketch.collapse(), None, "capacity too small for this test");
+    prop_assert_eq!(sketch.negative_collapse(), None);
+    check_quantiles(sketch, side, sorted)?;
+    let sum = data.iter().fold(0.0, |s, &v| s + v);
+    prop_assert_eq!(sketch.sum().map(f64::to_bits), Some(sum.to_bits()));
+    prop_assert_eq!(
+        sketch.mean().map(f64::to_bits),
+        Some((sum / data.len() as f64).to_bits())
+    );
+    for v in rank_probes(sorted) {
+        check_rank(sketch, sorted, v)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,347 @@
+//! Merge, bad input, saturation, empty sketches, configuration, size.
+
+mod common;
+
+use common::{cases, dataset, size};
+use proptest::prelude::*;
+use tailguard::mapping::{CubicMapping, LinearMapping, LogarithmicMapping, MappingError};
+use tailguard::store::{CollapsingHighestStore, CollapsingLowestStore};
+use tailguard::{
+    DDSketch, FromRelativeAccuracy, IndexMapping, NoStore, SignedSketch, SketchError, Store,
+};
+
+type Bins = Vec<(i32, u32)>;
+
+/// Everything that defines a sketch's contents.
+fn snapshot<M: IndexMapping, P: Store, N: Store>(
+    s: &DDSketch<M, P, N>,
+) -> (Bins, Bins, u64, u64, Option<f64>, Option<f64>, Option<u64>) {
+    (
+        s.positive_store().bins().collect(),
+        s.negative_store().bins().collect(),
+        s.zero_count(),
+        s.count(),
+        s.min(),
+        s.max(),
+        s.sum().map(f64::to_bits),
+    )
+}
+
+fn check_merge<M, S>(a: &[f64], b: &[f64]) -> Result<(), TestCaseError>
+where
+    M: IndexMapping + FromRelativeAccuracy,
+    S: Store,
+{
+    let new = || SignedSketch::<M, S>::with_accuracy(0.01).unwrap();
+    let (mut sa, mut sb, mut union) = (new(), new(), new());
+    common::feed(&mut sa, a)?;
+    common::feed(&mut sb, b)?;
+    common::feed(&mut union, a)?;
+    common::feed(&mut union, b)?;
+    let sum_b = sb.sum();
+    prop_assert_eq!(sa.merge(&sb), Ok(()));
+    let (pm, nm, zm, cm, minm, maxm, summ) = snapshot(&sa);
+    let (pu, nu, zu, cu, minu, maxu, _) = snapshot(&union);
+    prop_assert_eq!(pm, pu, "positive bins differ");
+    prop_assert_eq!(nm, nu, "negative bins differ");
+    prop_assert_eq!((zm, cm, minm, maxm), (zu, cu, minu, maxu));
+    // The sum adds the two partial sums (float addition is not associative).
+    let expected = match (a.is_empty(), sum_b) {
+        (true, s) => s.map(f64::to_bits),
+        (false, Some(sb)) => Some((a.iter().fold(0.0, |s, &v| s + v) + sb).to_bits()),
+        (false, None) => Some(a.iter().fold(0.0, |s, &v| s + v).to_bits()),
+    };
+    prop_assert_eq!(summ, expected);
+    if let Some(c) = sa.collapse() {
+        prop_assert!(c.samples <= sa.count(), "{:?} of {}", c, sa.count());
+    }
+    // Collapsed or not, at the same bound.
+    prop_assert_eq!(
+        sa.collapse().map(|c| c.bound),
+        union.collapse().map(|c| c.bound)
+    );
+    prop_assert_eq!(
+        sa.negative_collapse().map(|c| c.bound),
+        union.negative_collapse().map(|c| c.bound)
+    );
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(cases(64)))]
+
+    #[test]
+    fn merge_equals_sketch_of_both_streams(
+        (_s1, a) in dataset(size()),
+        (_s2, b) in dataset(0usize..500),
+    ) {
+        // Without collapse (4096 buckets) and with (16 and 64 buckets).
+        check_merge::<CubicMapping, CollapsingLowestStore<4096>>(&a, &b)?;
+        check_merge::<CubicMapping, CollapsingLowestStore<16>>(&a, &b)?;
+        check_merge::<LogarithmicMapping, CollapsingHighestStore<64>>(&a, &b)?;
+        check_merge::<LinearMapping, CollapsingLowestStore<64>>(&a, &b)?;
+        check_merge::<LinearMapping, CollapsingHighestStore<4096>>(&a, &b)?;
+    }
+
+    #[test]
+    fn mapping_mismatch_leaves_sketch_unchanged((_s, a) in dataset(0usize..300)) {
+        let mut s: SignedSketch = SignedSketch::with_accuracy(0.01).unwrap();
+        common::feed(&mut s, &a)?;
+        let before = snapshot(&s);
+        let mut other: SignedSketch = SignedSketch::with_accuracy(0.02).unwrap();
+        other.add(1.0).unwrap();
+        prop_assert_eq!(s.merge(&other), Err(SketchError::MappingMismatch));
+        // Same α, different index offset: also a mismatch.
+        let shifted = CubicMapping::with_gamma(s.mapping().gamma(), 1.0).unwrap();
+        let other = SignedSketch::with_mapping(shifted);
+        prop_assert_eq!(s.merge(&other), Err(SketchError::MappingMismatch));
+        prop_assert_eq!(snapshot(&s), before);
+    }
+}
+
+#[test]
+fn merge_of_collapsed_sketches_is_exact_deterministic_case() {
+    // Disjoint ranges, each fitting 64 buckets alone, together not.
+    let a: Vec<f64> = (0..500).map(|i| 1.0 + f64::from(i) * 0.001).collect();
+    let b: Vec<f64> = (0..500).map(|i| 1e6 + f64::from(i)).collect();
+    let mut s1 = DDSketch::<CubicMapping, CollapsingLowestStore<64>>::with_accuracy(0.01).unwrap();
+    let mut s2 = s1.clone();
+    common::feed(&mut s1, &a).unwrap();
+    common::feed(&mut s2, &b).unwrap();
+    assert!(s1.collapse().is_none() && s2.collapse().is_none());
+    s1.merge(&s2).unwrap();
+    assert!(s1.collapse().is_some());
+    check_merge::<CubicMapping, CollapsingLowestStore<64>>(&a, &b).unwrap();
+    check_merge::<CubicMapping, CollapsingHighestStore<64>>(&b, &a).unwrap();
+}
+
+#[test]
+fn bad_values_are_rejected_and_change_nothing() {
+    let mut s = DDSketch::new(0.01).unwrap();
+    s.add(5.0).unwrap();
+    let before = snapshot(&s);
+    assert_eq!(s.add(f64::NAN), Err(SketchError::NotANumber));
+    assert_eq!(s.add(-f64::NAN), Err(SketchError::NotANumber));
+    assert_eq!(
+        s.add(f64::INFINITY),
+        Err(SketchError::ValueOutOfRange(f64::INFINITY))
+    );
+    assert_eq!(
+        s.add(f64::NEG_INFINITY),
+        Err(SketchError::ValueOutOfRange(f64::NEG_INFINITY))
+    );
+    assert_eq!(s.add(f64::MAX), Err(SketchError::ValueOutOfRange(f64::MAX)));
+    let beyond = common::next_up(s.mapping().max_indexable_value());
+    assert_eq!(s.add(beyond), Err(SketchError::ValueOutOfRange(beyond)));
+    assert_eq!(s.add(-1.0), Err(SketchError::NegativeValue(-1.0)));
+    assert_eq!(s.add_weighted(f64::NAN, 3), Err(SketchError::NotANumber));
+    assert_eq!(s.add_weighted(f64::NAN, 0), Err(SketchError::NotANumber));
+    assert_eq!(
+        s.add_weighted(-2.0, 7),
+        Err(SketchError::NegativeValue(-2.0))
+    );
+    // Weight 0 adds nothing and succeeds (documented), even out of range.
+    assert_eq!(s.add_weighted(3.0, 0), Ok(()));
+    assert_eq!(s.add_weighted(f64::INFINITY, 0), Ok(()));
+    assert_eq!(snapshot(&s), before);
+    // The largest indexable value itself is fine, and answers within α.
+    let top = s.mapping().max_indexable_value();
+    assert_eq!(s.add(top), Ok(()));
+    let q = s.quantile(1.0).unwrap().unwrap();
+    assert!(q.is_finite() && (q - top).abs() <= 0.01 * top);
+
+    let mut signed: SignedSketch = SignedSketch::with_accuracy(0.01).unwrap();
+    assert_eq!(
+        signed.add(-f64::MAX),
+        Err(SketchError::ValueOutOfRange(-f64::MAX))
+    );
+    assert_eq!(signed.add(-1.0), Ok(()));
+    let bottom = -signed.mapping().max_indexable_value();
+    assert_eq!(signed.add(bottom), Ok(()));
+    let q = signed.quantile(0.0).unwrap().unwrap();
+    assert!(q.is_finite() && (q - bottom).abs() <= 0.01 * -bottom);
+}
+
+#[test]
+fn zeros_and_subnormals_go_to_the_zero_bucket() {
+    let mut s = DDSketch::new(0.01).unwrap();
+    for v in [
+        0.0,
+        -0.0,
+        5e-324,
+        -5e-324,
+        f64::MIN_POSITIVE / 2.0,
+        -f64::MIN_POSITIVE,
+    ] {
+        assert_eq!(s.add(v), Ok(()), "{v:e}");
+    }
+    assert_eq!(s.zero_count(), 6);
+    assert_eq!(s.count(), 6);
+    assert_eq!(s.min(), Some(-f64::MIN_POSITIVE));
+    assert_eq!(s.max(), Some(f64::MIN_POSITIVE / 2.0));
+    let min_idx = s.mapping().min_indexable_value();
+    for q in [0.0, 0.5, 1.0] {
+        let v = s.quantile(q).unwrap().unwrap();
+        assert!(v.abs() <= min_idx, "{q}: {v:e}");
+    }
+    // Only -0.0: the minimum and maximum are -0.0 and every answer is zero.
+    let mut z = DDSketch::new(0.01).unwrap();
+    z.add(-0.0).unwrap();
+    assert_eq!(z.quantile(0.5).unwrap(), Some(0.0));
+    assert_eq!(z.rank(0.0).unwrap(), Some(1.0));
+    assert_eq!(z.rank(-1.0).unwrap(), Some(0.0));
+}
+
+#[test]
+fn invalid_quantiles_are_errors() {
+    let mut s = DDSketch::new(0.01).unwrap();
+    for q in [
+        -0.01,
+        1.01,
+        f64::NAN,
+        f64::INFINITY,
+        f64::NEG_INFINITY,
+        -1e-300,
+    ] {
+        let err = s.quantile(q).unwrap_err();
+        assert!(matches!(err, SketchError::InvalidQuantile(x) if x.to_bits() == q.to_bits()));
+        assert!(s.quantiles(&[0.5, q]).is_err());
+    }
+    s.add(1.0).unwrap();
+    assert!(s.quantile(1.5).is_err());
+    assert!(s.quantiles(&[0.5, f64::NAN]).is_err());
+    assert_eq!(s.quantile(-0.0).unwrap(), Some(1.0));
+    assert_eq!(s.rank(f64::NAN), Err(SketchError::NotANumber));
+}
+
+#[test]
+fn empty_sketch_answers_none() {
+    let s: SignedSketch = SignedSketch::with_accuracy(0.01).unwrap();
+    assert!(s.is_empty());
+    assert_eq!(s.count(), 0);
+    assert_eq!(s.quantile(0.5), Ok(None));
+    assert_eq!(s.quantiles(&[0.0, 1.0]), Ok(None));
+    assert_eq!(s.quantiles(&[]), Ok(None));
+    assert_eq!(s.rank(1.0), Ok(None));
+    assert_eq!(
+        (s.min(), s.max(), s.sum(), s.mean()),
+        (None, None, None, None)
+    );
+    assert_eq!(s.collapse(), None);
+    assert_eq!(s.negative_collapse(), None);
+    // Cleared sketches are empty again, and forget their collapse.
+    let mut c = DDSketch::<CubicMapping, CollapsingLowestStore<16>>::with_accuracy(0.01).unwrap();
+    c.add(1.0).unwrap();
+    c.add(1e9).unwrap();
+    assert!(c.collapse().is_some());
+    c.clear();
+    assert!(c.is_empty() && c.collapse().is_none() && c.quantile(0.5) == Ok(None));
+    c.add(2.0).unwrap();
+    assert_eq!(c.quantile(0.5).unwrap(), Some(2.0));
+}
+
+#[test]
+fn saturated_buckets_stay_consistent() {
+    let mut s: SignedSketch = SignedSketch::with_accuracy(0.01).unwrap();
+    let max = u64::from(u32::MAX);
+    s.add_weighted(10.0, u32::MAX).unwrap();
+    assert_eq!((s.count(), s.saturated()), (max, 0));
+    s.add_weighted(10.0, u32::MAX).unwrap();
+    s.add_weighted(10.0, 5).unwrap();
+    assert_eq!(s.count(), max);
+    assert_eq!(s.saturated(), max + 5);
+    s.add_weighted(-3.0, u32::MAX).unwrap();
+    s.add_weighted(-3.0, 1).unwrap();
+    s.add_weighted(0.0, u32::MAX).unwrap();
+    s.add_weighted(0.0, u32::MAX).unwrap();
+    s.add_weighted(1000.0, 7).unwrap();
+    assert_eq!(s.saturated(), max + 6);
+    let bins: u64 = s
+        .positive_store()
+        .bins()
+        .chain(s.negative_store().bins())
+        .map(|(_, c)| u64::from(c))
+        .sum();
+    assert_eq!(s.count(), bins + s.zero_count());
+    assert_eq!(s.zero_count(), 2 * max);
+    assert_eq!(s.count(), 4 * max + 7);
+    let [lo, mid, hi, top] = s.quantiles(&[0.0, 0.5, 0.99, 1.0]).unwrap().unwrap();
+    assert!((lo + 3.0).abs() <= 0.03, "{lo}");
+    assert_eq!(mid, 0.0);
+    assert!((hi - 10.0).abs() <= 0.1, "{hi}");
+    assert!((top - 1000.0).abs() <= 10.0, "{top}");
+    for q in [0.0, 0.25, 0.5, 0.75, 0.99, 1.0] {
+        assert!(s.quantile(q).unwrap().is_some());
+    }
+    let r = s.rank(10.0).unwrap().unwrap();
+    assert!((0.0..=1.0).contains(&r));
+    // Saturating the collapsed edge bucket through a collapse.
+    let mut c = DDSketch::<CubicMapping, CollapsingLowestStore<16>>::with_accuracy(0.01).unwrap();
+    c.add_weighted(1.0, u32::MAX).unwrap();
+    c.add_weighted(1.001, u32::MAX).unwrap();
+    c.add_weighted(1e9, 1).unwrap();
+    assert!(c.collapse().is_some());
+    let bins: u64 = c.positive_store().bins().map(|(_, n)| u64::from(n)).sum();
+    assert_eq!(c.count(), bins);
+    assert_eq!(c.count() + c.saturated(), 2 * max + 1);
+    assert!(c.quantile(1.0).unwrap().is_some());
+    // Merging saturates the same way, in the window fast path or not.
+    for far in [11.0, 1e12] {
+        let mut a = DDSketch::new(0.01).unwrap();
+        a.add_weighted(10.0, u32::MAX - 1).unwrap();
+        let mut b = a.clone();
+        b.add(far).unwrap();
+        a.merge(&b).unwrap();
+        let bins: u64 = a.positive_store().bins().map(|(_, n)| u64::from(n)).sum();
+        assert_eq!(a.count(), bins);
+        assert_eq!(a.count() + a.saturated(), 2 * (max - 1) + 1, "{far}");
+        assert_eq!(a.saturated(), max - 2);
+    }
+    // The unsigned default counts refused negatives nowhere.
+    let d = DDSketch::new(0.01).unwrap();
+    assert_eq!(d.saturated(), 0);
+}
+
+#[test]
+fn invalid_relative_accuracy_is_a_typed_error() {
+    for a in [0.0, 1.0, -0.01, 1.5, f64::NAN, f64::INFINITY, -0.0, 1e-300] {
+        match DDSketch::new(a) {
+            Err(SketchError::Mapping(MappingError::InvalidRelativeAccuracy(x))) => {
+                assert!(x.to_bits() == a.to_bits(), "{a}")
+            }
+            other => panic!("{a}: {other:?}"),
+        }
+        assert!(SignedSketch::<LinearMapping>::with_accuracy(a).is_err());
+        assert!(
+            DDSketch::<LogarithmicMapping, CollapsingLowestStore<8>, NoStore>::with_accuracy(a)
+                .is_err()
+        );
+    }
+    let e = DDSketch::new(2.0).unwrap_err();
+    assert!(!e.to_string().is_empty());
+    assert!(core::error::Error::source(&e).is_some());
+    assert!(!SketchError::MappingMismatch.to_string().is_empty());
+}
+
+#[test]
+fn default_sketch_fits_in_4_kib_plus_128() {
+    let size = core::mem::size_of::<DDSketch>();
+    println!("size_of::<DDSketch>() = {size}");
+    assert!(size <= 4096 + 128, "{size}");
+    let signed = core::mem::size_of::<SignedSketch>();
+    println!("size_of::<SignedSketch>() = {signed}");
+    assert!(signed <= 2 * 4096 + 256, "{signed}");
+}
+
+#[test]
+fn store_size_is_as_documented() {
+    // `CollapsingStore` docs: 4 · N + 32 bytes.
+    assert_eq!(
+        core::mem::size_of::<CollapsingLowestStore<1024>>(),
+        4 * 1024 + 32
+    );
+    assert_eq!(
+        core::mem::size_of::<CollapsingHighestStore<16>>(),
+        4 * 16 + 32
+    );
+}
