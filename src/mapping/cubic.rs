@@ -22,6 +22,25 @@ impl LogApproximation for CubicLog {
     const LN_BASE: f64 = LN_2;
     const CORRECTING_FACTOR: f64 = 7.0 / (10.0 * LN_2);
 
+    /// `[A·m, B·m, C·m]`.
+    type Scaled = [f64; 3];
+
+    fn scale(m: f64) -> [f64; 3] {
+        [A * m, B * m, C * m]
+    }
+
+    /// `(((A·m) s + B·m) s + C·m) s + (e·m + offset)`: the multiply by `m`
+    /// leaves the dependency chain, and `e·m + offset` runs beside it.
+    #[inline(always)]
+    fn scaled_log(v: f64, k: &[f64; 3], m: f64, offset: f64) -> f64 {
+        let (e, s) = split_float(v);
+        let [a, b, c] = *k;
+        // Estrin's scheme: `s²` and `a s + b` in parallel, one step shorter
+        // than Horner's.
+        let s2 = s * s;
+        (s2 * (a * s + b) + c * s) + (e * m + offset)
+    }
+
     #[inline(always)]
     fn log(v: f64) -> f64 {
         let (e, s) = split_float(v);

@@ -16,6 +16,15 @@ impl LogApproximation for LinearLog {
     const LN_BASE: f64 = LN_2;
     const CORRECTING_FACTOR: f64 = 1.0 / LN_2;
 
+    type Scaled = ();
+
+    fn scale(_multiplier: f64) {}
+
+    #[inline(always)]
+    fn scaled_log(v: f64, _: &(), multiplier: f64, offset: f64) -> f64 {
+        Self::log(v) * multiplier + offset
+    }
+
     #[inline(always)]
     fn log(v: f64) -> f64 {
         let (e, s) = split_float(v);

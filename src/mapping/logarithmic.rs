@@ -11,6 +11,15 @@ impl LogApproximation for NaturalLog {
     const LN_BASE: f64 = 1.0;
     const CORRECTING_FACTOR: f64 = 1.0;
 
+    type Scaled = ();
+
+    fn scale(_multiplier: f64) {}
+
+    #[inline(always)]
+    fn scaled_log(v: f64, _: &(), multiplier: f64, offset: f64) -> f64 {
+        Self::log(v) * multiplier + offset
+    }
+
     #[inline(always)]
     fn log(v: f64) -> f64 {
         libm::log(v)
