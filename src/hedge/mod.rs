@@ -241,7 +241,9 @@ impl<K: PartialEq + Copy, B: HedgeBudget, const T: usize, S: Store> Hedger<K, B,
     /// `delay` within `[min_delay, max_delay]` (not `clamp`, which asserts
     /// its bounds are ordered: validated here, but not provably so).
     fn bound(&self, delay: u64) -> u64 {
-        delay.max(self.config.min_delay_ns).min(self.config.max_delay_ns)
+        delay
+            .max(self.config.min_delay_ns)
+            .min(self.config.max_delay_ns)
     }
 
     /// The quantile times the configured multiplier, saturating.
