@@ -153,7 +153,7 @@ impl BucketCfg {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(256))]
+    #![proptest_config(ProptestConfig::with_cases(if cfg!(miri) { 4 } else { 256 }))]
 
     #[test]
     fn token_bucket_matches_model_and_bound(cfg in bucket_cfg(), start in any::<u64>(), ops in ops()) {
