@@ -300,10 +300,21 @@ impl<const N: usize, S: CollapseSide> CollapsingStore<N, S> {
         true
     }
 
-    /// First and last non-empty slots.
+    /// First and last non-empty slots. Skips empty stretches `CHUNK`
+    /// counters a step (an OR of the chunk, which vectorises), then looks
+    /// inside the first and last non-empty chunks.
     fn occupied(&self) -> Option<(usize, usize)> {
-        let first = self.counts.iter().position(|&c| c != 0)?;
-        let last = self.counts.iter().rposition(|&c| c != 0)?;
+        let nonzero = |(_, c): &(usize, &[u32])| c.iter().fold(0, |a, &x| a | x) != 0;
+        let chunks = self.counts.chunks(CHUNK).enumerate();
+        let (i, low) = chunks.clone().find(nonzero)?;
+        let (k, high) = chunks.rev().find(nonzero)?;
+        // Chunk `i` starts at slot `i · CHUNK < N`: nothing here wraps.
+        let first = i
+            .wrapping_mul(CHUNK)
+            .wrapping_add(low.iter().position(|&c| c != 0)?);
+        let last = k
+            .wrapping_mul(CHUNK)
+            .wrapping_add(high.iter().rposition(|&c| c != 0)?);
         Some((first, last))
     }
 
