@@ -55,6 +55,15 @@ pub struct CollapsingStore<const N: usize, S> {
 /// Counters read a step when walking for a rank (one or two vector loads).
 const CHUNK: usize = 16;
 
+// Integer arithmetic in this file never overflows, for three reasons the
+// comments below cite:
+// * keys are `i32`s and window distances at most `SPAN <= 2^24`, so sums and
+//   differences of a few of them, done in `i64`, stay far inside its range;
+//   the `saturating_*` forms used for them never saturate;
+// * slots are `< N <= 2^24`;
+// * counts are `u32`s, so a sum of at most `N` of them, in `u64`, is below
+//   `2^56`.
+
 impl<const N: usize, S: CollapseSide> CollapsingStore<N, S> {
     const VALID: () = assert!(
         N > 0 && N <= MAX_CAPACITY,
@@ -62,14 +71,19 @@ impl<const N: usize, S: CollapseSide> CollapsingStore<N, S> {
     );
     /// `N` as a key distance; exact because `N <= 2^24`.
     const SPAN: i64 = N as i64;
+    /// The last slot, `N − 1` (`N >= 1` by `VALID`).
+    const LAST: usize = N.saturating_sub(1);
+    /// The key distance from the first slot to the last, `SPAN − 1`.
+    const REACH: i64 = Self::LAST as i64;
 
     /// An empty store.
     pub const fn new() -> Self {
         let () = Self::VALID;
         Self {
             counts: [0; N],
-            // Centre the empty window on key 0 (the bucket of 1.0).
-            offset: -((N / 2) as i32),
+            // Centre the empty window on key 0 (the bucket of 1.0). `N / 2 <=
+            // 2^23`, so the cast is exact and the negation cannot wrap.
+            offset: ((N / 2) as i32).wrapping_neg(),
             total: 0,
             saturated: 0,
             collapsed: 0,
@@ -103,10 +117,14 @@ impl<const N: usize, S: CollapseSide> CollapsingStore<N, S> {
                     self.total = self.total.saturating_add(u64::from(count));
                 }
                 None => {
-                    let stored = u32::MAX - *c;
+                    // `*c + count > u32::MAX`, so `stored < count`: neither
+                    // subtraction can wrap.
+                    let stored = u32::MAX.wrapping_sub(*c);
                     *c = u32::MAX;
                     self.total = self.total.saturating_add(u64::from(stored));
-                    self.saturated = self.saturated.saturating_add(u64::from(count - stored));
+                    self.saturated = self
+                        .saturated
+                        .saturating_add(u64::from(count.wrapping_sub(stored)));
                 }
             }
         }
@@ -118,14 +136,15 @@ impl<const N: usize, S: CollapseSide> CollapsingStore<N, S> {
     #[inline(never)]
     fn add_outside(&mut self, key: i32, count: u32) {
         let side = S::SIDE;
-        let top = i64::from(self.offset) + Self::SPAN - 1;
+        let bottom = i64::from(self.offset);
+        let top = i64::from(self.key_of(Self::LAST));
         let k = i64::from(key);
         // Steady state after a collapse: the far edge is pinned, so a key
         // past the near edge lands in the collapsed bucket without a scan.
         if self.has_collapsed {
             let pinned = match side {
-                Collapse::Lowest if k < i64::from(self.offset) => Some(0),
-                Collapse::Highest if k > top => Some(N - 1),
+                Collapse::Lowest if k < bottom => Some(0),
+                Collapse::Highest if k > top => Some(Self::LAST),
                 _ => None,
             };
             if let Some(slot) = pinned {
@@ -141,21 +160,24 @@ impl<const N: usize, S: CollapseSide> CollapsingStore<N, S> {
             ),
             None => (k, k),
         };
-        if hi - lo < Self::SPAN {
-            // Everything fits: centre the occupied keys in the window.
-            let start = lo - (Self::SPAN - (hi - lo + 1)) / 2;
-            self.move_window(start);
+        // `i32` keys in `i64`: the width is at most `2^32`, no saturation.
+        let width = hi.saturating_sub(lo);
+        if width < Self::SPAN {
+            // Everything fits: centre the occupied keys in the window. The
+            // spare slots, `SPAN − 1 − width`, are in `0 .. SPAN`.
+            let spare = Self::REACH.saturating_sub(width);
+            self.move_window(lo.saturating_sub(spare / 2));
         } else {
             let start = match side {
-                Collapse::Lowest => hi - Self::SPAN + 1,
+                Collapse::Lowest => hi.saturating_sub(Self::REACH),
                 Collapse::Highest => lo,
             };
             self.collapse_to(start);
         }
-        let clamped = k.clamp(
-            i64::from(self.offset),
-            i64::from(self.offset) + Self::SPAN - 1,
-        );
+        // `max`/`min`, not `clamp`: `clamp` asserts its bounds are ordered.
+        let clamped = k
+            .max(i64::from(self.offset))
+            .min(i64::from(self.key_of(Self::LAST)));
         if clamped != k {
             self.collapsed = self.collapsed.saturating_add(u64::from(count));
         }
@@ -168,16 +190,21 @@ impl<const N: usize, S: CollapseSide> CollapsingStore<N, S> {
     /// Moves the window to start at key `start` (clamped so it stays in
     /// `i32`), shifting counters; counters pushed out must be zero.
     fn move_window(&mut self, start: i64) {
-        let start = start.clamp(i64::from(i32::MIN), i64::from(i32::MAX) - Self::SPAN + 1);
-        let shift = start - i64::from(self.offset);
+        let start = start
+            .max(i64::from(i32::MIN))
+            .min(i64::from(i32::MAX).saturating_sub(Self::REACH));
+        // Both in `i32`'s range: no saturation.
+        let shift = start.saturating_sub(i64::from(self.offset));
+        // `n <= N`, so `N − n` is exact.
         let n = min(shift.unsigned_abs(), N as u64) as usize;
+        let kept = N.saturating_sub(n);
         if shift > 0 {
             self.counts.copy_within(n.., 0);
-            if let Some(tail) = self.counts.get_mut(N - n..) {
+            if let Some(tail) = self.counts.get_mut(kept..) {
                 tail.fill(0);
             }
         } else if shift < 0 {
-            self.counts.copy_within(..N - n, n);
+            self.counts.copy_within(..kept, n);
             if let Some(head) = self.counts.get_mut(..n) {
                 head.fill(0);
             }
@@ -190,13 +217,15 @@ impl<const N: usize, S: CollapseSide> CollapsingStore<N, S> {
     fn collapse_to(&mut self, start: i64) {
         let side = S::SIDE;
         let old_start = i64::from(self.offset);
-        let shift = start - old_start;
+        // `start` comes from `i32` keys and `SPAN`: no saturation.
+        let shift = start.saturating_sub(old_start);
         // Counters that leave the window: below `start` (lowest) or at or
         // above `start + N` (highest).
         let leaving = min(shift.unsigned_abs(), N as u64) as usize;
         let range = match side {
             Collapse::Lowest if shift > 0 => 0..leaving,
-            Collapse::Highest if shift < 0 => N - leaving..N,
+            // `leaving <= N`.
+            Collapse::Highest if shift < 0 => N.saturating_sub(leaving)..N,
             _ => 0..0,
         };
         // Samples already counted as collapsed all sit in the edge bucket;
@@ -224,16 +253,21 @@ impl<const N: usize, S: CollapseSide> CollapsingStore<N, S> {
         // not change, unless that bucket saturates.
         let edge = match side {
             Collapse::Lowest => 0,
-            Collapse::Highest => N - 1,
+            Collapse::Highest => Self::LAST,
         };
         self.total = self.total.saturating_sub(folded);
         let mut rest = folded;
         while rest > 0 {
             let part = min(rest, u64::from(u32::MAX)) as u32;
             self.add_at(edge, part);
-            rest -= u64::from(part);
+            // `part <= rest`.
+            rest = rest.saturating_sub(u64::from(part));
         }
-        self.collapsed = self.collapsed.saturating_add(folded - refolded);
+        // A non-empty `range` includes the edge slot, so `folded >=
+        // edge_before >= refolded`; otherwise both are 0.
+        self.collapsed = self
+            .collapsed
+            .saturating_add(folded.saturating_sub(refolded));
         self.has_collapsed = true;
     }
 
@@ -253,21 +287,34 @@ impl<const N: usize, S: CollapseSide> CollapsingStore<N, S> {
         };
         let (mut stored, mut dropped) = (0u64, 0u64);
         for (d, &c) in dst.iter_mut().zip(src) {
-            let sum = u64::from(*d) + u64::from(c);
-            let kept = min(sum, u64::from(u32::MAX));
-            stored += kept - u64::from(*d);
-            dropped += sum - kept;
-            *d = kept as u32;
+            // `added <= c`, and each sum is of at most `N` `u32`s in `u64`:
+            // nothing here wraps.
+            let kept = d.saturating_add(c);
+            let added = kept.wrapping_sub(*d);
+            stored = stored.wrapping_add(u64::from(added));
+            dropped = dropped.wrapping_add(u64::from(c.wrapping_sub(added)));
+            *d = kept;
         }
         self.total = self.total.saturating_add(stored);
         self.saturated = self.saturated.saturating_add(dropped);
         true
     }
 
-    /// First and last non-empty slots.
+    /// First and last non-empty slots. Skips empty stretches `CHUNK`
+    /// counters a step (an OR of the chunk, which vectorises), then looks
+    /// inside the first and last non-empty chunks.
     fn occupied(&self) -> Option<(usize, usize)> {
-        let first = self.counts.iter().position(|&c| c != 0)?;
-        let last = self.counts.iter().rposition(|&c| c != 0)?;
+        let nonzero = |(_, c): &(usize, &[u32])| c.iter().fold(0, |a, &x| a | x) != 0;
+        let chunks = self.counts.chunks(CHUNK).enumerate();
+        let (i, low) = chunks.clone().find(nonzero)?;
+        let (k, high) = chunks.rev().find(nonzero)?;
+        // Chunk `i` starts at slot `i · CHUNK < N`: nothing here wraps.
+        let first = i
+            .wrapping_mul(CHUNK)
+            .wrapping_add(low.iter().position(|&c| c != 0)?);
+        let last = k
+            .wrapping_mul(CHUNK)
+            .wrapping_add(high.iter().rposition(|&c| c != 0)?);
         Some((first, last))
     }
 
@@ -285,15 +332,20 @@ impl<const N: usize, S: CollapseSide> CollapsingStore<N, S> {
             samples: self.collapsed,
             boundary: match side {
                 Collapse::Lowest => self.offset.saturating_add(1),
-                Collapse::Highest => self.key_of(N - 1),
+                Collapse::Highest => self.key_of(Self::LAST),
             },
         })
     }
 
     /// The slot range a key hint covers, clamped into the window.
     fn slots_for(&self, lowest: i32, highest: i32) -> (usize, usize) {
-        let to_slot =
-            |k: i32| (i64::from(k) - i64::from(self.offset)).clamp(0, Self::SPAN - 1) as usize;
+        // The difference of two `i32`s in `i64` never saturates.
+        let to_slot = |k: i32| {
+            i64::from(k)
+                .saturating_sub(i64::from(self.offset))
+                .max(0)
+                .min(Self::REACH) as usize
+        };
         (to_slot(lowest), max(to_slot(lowest), to_slot(highest)))
     }
 
@@ -305,60 +357,69 @@ impl<const N: usize, S: CollapseSide> CollapsingStore<N, S> {
         let found = if rank < self.total / 2 {
             self.walk_up(a, b, rank)
         } else {
-            self.walk_down(a, b, self.total - rank)
+            // `rank < total`.
+            self.walk_down(a, b, self.total.wrapping_sub(rank))
         };
         // A hint that missed buckets: walk the whole window instead.
-        let slot = found.or_else(|| self.walk_up(0, N - 1, rank))?;
+        let slot = found.or_else(|| self.walk_up(0, Self::LAST, rank))?;
         Some(self.key_of(slot))
     }
 
     /// The first slot in `a..=b` where the running sum from `a` exceeds `rank`.
+    ///
+    /// `seen` sums at most `N` counters (below `2^56`) and slot arithmetic
+    /// stays `<= b + 1 <= N`: the wrapping operations never wrap.
     fn walk_up(&self, a: usize, b: usize, rank: u64) -> Option<usize> {
         let mut seen = 0u64;
         let mut base = a;
         for chunk in self.counts.get(a..=b)?.chunks(CHUNK) {
             let sum: u64 = chunk.iter().map(|&c| u64::from(c)).sum();
-            if seen + sum > rank {
+            if seen.wrapping_add(sum) > rank {
                 for (j, &c) in chunk.iter().enumerate() {
-                    seen += u64::from(c);
+                    seen = seen.wrapping_add(u64::from(c));
                     if seen > rank {
-                        return Some(base + j);
+                        return Some(base.wrapping_add(j));
                     }
                 }
             }
-            seen += sum;
-            base += chunk.len();
+            seen = seen.wrapping_add(sum);
+            base = base.wrapping_add(chunk.len());
         }
         None
     }
 
     /// The last slot in `a..=b` where the running sum from `b` downwards
     /// reaches `need` (at least 1).
+    ///
+    /// As in [`walk_up`](Self::walk_up), nothing wraps: `seen` is below
+    /// `2^56`, `a <= start` and `start + chunk.len() <= b + 1 <= N`.
     fn walk_down(&self, a: usize, b: usize, need: u64) -> Option<usize> {
         let mut seen = 0u64;
-        let mut top = b + 1;
+        let mut top = b.wrapping_add(1);
         for chunk in self.counts.get(a..=b)?.rchunks(CHUNK) {
+            let start = top.wrapping_sub(chunk.len());
             let sum: u64 = chunk.iter().map(|&c| u64::from(c)).sum();
-            if seen + sum >= need {
+            if seen.wrapping_add(sum) >= need {
                 for (j, &c) in chunk.iter().enumerate().rev() {
-                    seen += u64::from(c);
+                    seen = seen.wrapping_add(u64::from(c));
                     if seen >= need {
-                        return Some(top - chunk.len() + j);
+                        return Some(start.wrapping_add(j));
                     }
                 }
             }
-            seen += sum;
-            top -= chunk.len();
+            seen = seen.wrapping_add(sum);
+            top = start;
         }
         None
     }
 
     fn count_at_or_below_impl(&self, key: i32) -> u64 {
-        let end = i64::from(key) - i64::from(self.offset);
+        // The difference of two `i32`s in `i64` never saturates.
+        let end = i64::from(key).saturating_sub(i64::from(self.offset));
         if end < 0 {
             return 0;
         }
-        let end = min(end, Self::SPAN - 1) as usize;
+        let end = min(end, Self::REACH) as usize;
         self.counts
             .get(..=end)
             .map_or(0, |c| c.iter().map(|&c| u64::from(c)).sum())

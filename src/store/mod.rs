@@ -92,17 +92,19 @@ pub trait Store: Clone + Default {
         if rank >= total || lowest > highest {
             return None;
         }
-        let count = |k: i32| u64::from(self.count_of(k)) + u64::from(other.count_of(k));
+        // Two `u32`s in a `u64` cannot wrap.
+        let count = |k: i32| u64::from(self.count_of(k)).wrapping_add(u64::from(other.count_of(k)));
         let mut seen = 0u64;
         if rank < total / 2 {
             (lowest..=highest).find(|&k| {
-                seen += count(k);
+                seen = seen.saturating_add(count(k));
                 seen > rank
             })
         } else {
-            let need = total - rank;
+            // `rank < total`.
+            let need = total.wrapping_sub(rank);
             (lowest..=highest).rev().find(|&k| {
-                seen += count(k);
+                seen = seen.saturating_add(count(k));
                 seen >= need
             })
         }

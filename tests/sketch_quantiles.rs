@@ -1,0 +1,137 @@
+//! `quantiles` answers exactly what `quantile` answers for each `q`, in the
+//! order given: unsorted, duplicated, 0 and 1 included, over signed data with
+//! zeros and collapsed stores; and it reports the first invalid `q`.
+
+mod common;
+
+use common::cases;
+use proptest::prelude::*;
+use tailguard::{
+    CollapsingHighestStore, CollapsingLowestStore, CubicMapping, DDSketch, IndexMapping,
+    LogarithmicMapping, SignedSketch, SketchError, Store,
+};
+
+/// A `q` from a small pool (so duplicates are common) or anywhere in `[0, 1]`.
+fn q() -> impl Strategy<Value = f64> {
+    prop_oneof![
+        Just(0.0),
+        Just(1.0),
+        Just(0.5),
+        Just(0.9),
+        Just(0.99),
+        0.0..=1.0f64,
+    ]
+}
+
+/// Values of both signs over many decades, with exact zeros.
+fn value() -> impl Strategy<Value = f64> {
+    prop_oneof![
+        1 => Just(0.0),
+        4 => (-12.0..12.0f64).prop_map(|e| 10f64.powf(e)),
+        2 => (-12.0..12.0f64).prop_map(|e| -(10f64.powf(e))),
+        2 => 1.0..1000.0f64,
+    ]
+}
+
+fn same_as_quantile<M: IndexMapping, P: Store, N: Store, const K: usize>(
+    s: &DDSketch<M, P, N>,
+    qs: &[f64; K],
+) -> Result<(), TestCaseError> {
+    let all = s.quantiles(qs).expect("valid qs");
+    if s.is_empty() {
+        prop_assert_eq!(all, None);
+        return Ok(());
+    }
+    let all = all.expect("not empty");
+    for (&q, &got) in qs.iter().zip(&all) {
+        let one = s.quantile(q).expect("valid q").expect("not empty");
+        prop_assert_eq!(
+            got.to_bits(),
+            one.to_bits(),
+            "quantiles gave {:e} for q = {} but quantile gave {:e}",
+            got,
+            q,
+            one
+        );
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(cases(256)))]
+
+    #[test]
+    fn signed_collapsing_lowest(
+        data in prop::collection::vec(value(), 0..400),
+        qs in prop::array::uniform9(q()),
+    ) {
+        let mut s: SignedSketch<CubicMapping, CollapsingLowestStore<64>> =
+            SignedSketch::with_accuracy(0.01).unwrap();
+        for &v in &data {
+            s.add(v).unwrap();
+        }
+        same_as_quantile(&s, &qs)?;
+    }
+
+    #[test]
+    fn signed_collapsing_highest(
+        data in prop::collection::vec(value(), 0..400),
+        qs in prop::array::uniform9(q()),
+    ) {
+        let mut s: SignedSketch<LogarithmicMapping, CollapsingHighestStore<32>> =
+            SignedSketch::with_accuracy(0.02).unwrap();
+        for &v in &data {
+            s.add(v).unwrap();
+        }
+        same_as_quantile(&s, &qs)?;
+    }
+
+    #[test]
+    fn default_sketch_weighted(
+        data in prop::collection::vec((1.0..1e9f64, 0u32..5), 1..300),
+        qs in prop::array::uniform5(q()),
+    ) {
+        let mut s = DDSketch::new(0.01).unwrap();
+        for &(v, w) in &data {
+            s.add_weighted(v, w).unwrap();
+        }
+        same_as_quantile(&s, &qs)?;
+        // Reversed and doubled: every `q` twice, in falling order.
+        let mut twice = [0.0; 10];
+        for (i, t) in twice.iter_mut().enumerate() {
+            *t = qs[4 - i / 2];
+        }
+        same_as_quantile(&s, &twice)?;
+    }
+
+    #[test]
+    fn first_invalid_q_is_reported(
+        data in prop::collection::vec(value(), 0..50),
+        mut qs in prop::array::uniform4(q()),
+        at in 0usize..4,
+        bad in prop_oneof![Just(f64::NAN), Just(-0.5), Just(1.5), Just(f64::INFINITY)],
+    ) {
+        let mut s: SignedSketch = SignedSketch::with_accuracy(0.01).unwrap();
+        for &v in &data {
+            s.add(v).unwrap();
+        }
+        qs[at] = bad;
+        if at < 3 {
+            qs[3] = -1.0; // a later invalid `q` is not the one reported
+        }
+        match s.quantiles(&qs) {
+            Err(SketchError::InvalidQuantile(q)) => {
+                prop_assert_eq!(q.to_bits(), bad.to_bits());
+            }
+            other => prop_assert!(false, "expected InvalidQuantile({}), got {:?}", bad, other),
+        }
+    }
+}
+
+#[test]
+fn empty_array_of_qs() {
+    let mut s = DDSketch::new(0.01).unwrap();
+    assert_eq!(s.quantiles(&[]), Ok(None));
+    s.add(5.0).unwrap();
+    assert_eq!(s.quantiles(&[]), Ok(Some([])));
+}
