@@ -52,9 +52,6 @@ pub struct DDSketch<M = CubicMapping, P = CollapsingLowestStore<1024>, N = NoSto
     min: f64,
     max: f64,
     sum: f64,
-    // Copies of the mapping's bounds, so `add` reads no trait method.
-    min_indexable: f64,
-    max_indexable: f64,
 }
 
 /// A sketch that takes values of both signs: the same store type for both.
@@ -170,8 +167,6 @@ impl<M: IndexMapping, P: Store, N: Store> DDSketch<M, P, N> {
             min: f64::INFINITY,
             max: f64::NEG_INFINITY,
             sum: 0.0,
-            min_indexable: mapping.min_indexable_value(),
-            max_indexable: mapping.max_indexable_value(),
         }
     }
 
@@ -208,7 +203,9 @@ impl<M: IndexMapping, P: Store, N: Store> DDSketch<M, P, N> {
     fn insert(&mut self, value: f64, weight: u32) -> Result<(), SketchError> {
         // The common case, a positive normal value, in one range check (NaN
         // fails it too).
-        if value >= self.min_indexable && value <= self.max_indexable {
+        if value >= self.mapping.min_indexable_value()
+            && value <= self.mapping.max_indexable_value()
+        {
             self.positive.add(self.mapping.index(value), weight);
             self.note(value, weight);
             Ok(())
@@ -234,10 +231,10 @@ impl<M: IndexMapping, P: Store, N: Store> DDSketch<M, P, N> {
         if value.is_nan() {
             return Err(SketchError::NotANumber);
         }
-        if magnitude > self.max_indexable {
+        if magnitude > self.mapping.max_indexable_value() {
             return Err(SketchError::ValueOutOfRange(value));
         }
-        if magnitude < self.min_indexable {
+        if magnitude < self.mapping.min_indexable_value() {
             self.zero_count = self.zero_count.saturating_add(u64::from(weight));
         } else if value < 0.0 {
             if N::CAPACITY == 0 {
@@ -372,7 +369,9 @@ impl<M: IndexMapping, P: Store, N: Store> DDSketch<M, P, N> {
     fn key_hint(&self, low: f64, high: f64) -> (i32, i32) {
         let key = |v: f64| {
             // `max`/`min`, not `clamp`: `clamp` asserts its bounds are ordered.
-            let v = v.max(self.min_indexable).min(self.max_indexable);
+            let v = v
+                .max(self.mapping.min_indexable_value())
+                .min(self.mapping.max_indexable_value());
             self.mapping.index(v)
         };
         (key(low).saturating_sub(1), key(high).saturating_add(1))
@@ -438,13 +437,13 @@ impl<M: IndexMapping, P: Store, N: Store> DDSketch<M, P, N> {
             return Ok(Some(0.0));
         }
         let negatives = self.negative.total();
-        let magnitude = value.abs().min(self.max_indexable);
-        let below = if value >= self.min_indexable {
+        let magnitude = value.abs().min(self.mapping.max_indexable_value());
+        let below = if value >= self.mapping.min_indexable_value() {
             let key = self.mapping.index(magnitude);
             negatives
                 .saturating_add(self.zero_count)
                 .saturating_add(self.positive.count_at_or_below(key))
-        } else if value > -self.min_indexable {
+        } else if value > -self.mapping.min_indexable_value() {
             negatives.saturating_add(self.zero_count)
         } else {
             let key = self.mapping.index(magnitude);

@@ -2,32 +2,28 @@
 
 use super::{Store, StoreCollapse};
 
-/// A store that holds nothing (8 bytes: a counter of what it refused).
+/// A store that holds nothing and takes no memory.
 ///
 /// As the negative store of a [`DDSketch`](crate::DDSketch) (the default) it
 /// makes the sketch reject negative values with
-/// [`SketchError::NegativeValue`](crate::SketchError::NegativeValue): latencies
-/// are never negative, and this halves the sketch's size. Called directly,
-/// [`add`](Store::add) counts what it was given as
-/// [`saturated`](Store::saturated), so nothing vanishes unseen.
+/// [`SketchError::NegativeValue`](crate::SketchError::NegativeValue) before
+/// they reach the store: latencies are never negative, and this halves the
+/// sketch's size. Its own [`add`](Store::add), which the sketch never calls,
+/// discards what it is given.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct NoStore {
-    dropped: u64,
-}
+pub struct NoStore;
 
 impl Store for NoStore {
     const CAPACITY: usize = 0;
 
-    fn add(&mut self, _key: i32, count: u32) {
-        self.dropped = self.dropped.saturating_add(u64::from(count));
-    }
+    fn add(&mut self, _key: i32, _count: u32) {}
 
     fn total(&self) -> u64 {
         0
     }
 
     fn saturated(&self) -> u64 {
-        self.dropped
+        0
     }
 
     fn collapse(&self) -> Option<StoreCollapse> {
@@ -50,7 +46,5 @@ impl Store for NoStore {
         core::iter::empty()
     }
 
-    fn clear(&mut self) {
-        self.dropped = 0;
-    }
+    fn clear(&mut self) {}
 }
