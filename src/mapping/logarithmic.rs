@@ -16,11 +16,6 @@ impl LogApproximation for NaturalLog {
     fn scale(_multiplier: f64) {}
 
     #[inline(always)]
-    fn scaled_log(v: f64, _: &(), multiplier: f64, offset: f64) -> f64 {
-        Self::log(v) * multiplier + offset
-    }
-
-    #[inline(always)]
     fn log(v: f64) -> f64 {
         libm::log(v)
     }

@@ -160,7 +160,11 @@ pub trait LogApproximation: Copy + fmt::Debug + PartialEq {
     /// `log(v) · multiplier + offset`, the un-floored key of `v`: the hot
     /// path of every add. An approximation may fold the multiplier into its
     /// own arithmetic to shorten the dependency chain.
-    fn scaled_log(v: f64, scaled: &Self::Scaled, multiplier: f64, offset: f64) -> f64;
+    #[inline(always)]
+    fn scaled_log(v: f64, scaled: &Self::Scaled, multiplier: f64, offset: f64) -> f64 {
+        let _ = scaled;
+        Self::log(v) * multiplier + offset
+    }
     /// Approximate logarithm of a positive normal `v`.
     fn log(v: f64) -> f64;
     /// The exact inverse of [`log`](Self::log).
