@@ -100,7 +100,7 @@ pub use stats::HedgeStats;
 use crate::budget::{Budget, HedgeBudget};
 use crate::store::{CollapsingLowestStore, Store};
 use crate::window::LatencyWindow;
-use crate::{CubicMapping, IndexMapping};
+use crate::CubicMapping;
 use request::Phase;
 use stats::bump;
 use table::{Table, Target};
@@ -316,8 +316,9 @@ impl<K: PartialEq + Copy, B: HedgeBudget, const T: usize, S: Store> Hedger<K, B,
             .is_some_and(|cap| self.hedges_in_flight >= cap)
         {
             bump(&mut self.stats.in_flight_limited);
-            // Look again one delay later: a slot may have freed up.
-            request.next_hedge_at = Some(now.saturating_add(request.delay_ns));
+            // Look again one delay later (at least 1 ns, so a zero delay
+            // cannot spin): a slot may have freed up.
+            request.next_hedge_at = Some(now.saturating_add(request.delay_ns.max(1)));
             return TimerAction::Skip(NoHedge::InFlightLimit);
         }
         if !self.acquire(&request.target, now) {
@@ -517,7 +518,7 @@ impl<K: PartialEq + Copy, B: HedgeBudget, const T: usize, S: Store> Hedger<K, B,
     }
 
     /// The mapping every target's sketches use.
-    pub fn mapping(&self) -> &impl IndexMapping {
+    pub fn mapping(&self) -> &CubicMapping {
         &self.mapping
     }
 }

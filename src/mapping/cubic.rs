@@ -6,7 +6,7 @@
 //! for the exact `log2`: the multiplier grows by `7 / (10 ln 2)`, about 1 %
 //! more buckets than the memory-optimal mapping, and no `ln` is called.
 
-use super::{build_float, split_float, Interpolation, LogApproximation};
+use super::{build_float, split_float, split_integer, Interpolation, LogApproximation};
 use core::f64::consts::LN_2;
 
 const A: f64 = 6.0 / 35.0;
@@ -48,17 +48,18 @@ impl LogApproximation for CubicLog {
     }
 
     fn exp(x: f64) -> f64 {
-        let e = libm::floor(x);
-        let t = x - e;
-        // Solve P(s) = t for s in [0, 1) by Newton's method (P is increasing
+        let (e, t) = split_integer(x);
+        // Solve P(s) = t for s in [0, 1) by Halley's method (P is increasing
         // there, P' >= 0.74): from the guess 0.7 t + 0.3 t^2 (within 0.014),
-        // three steps reach the rounding of P itself (< 1e-15). Cheaper than
-        // Cardano's formula, whose `cbrt` and `sqrt` dominated `quantile`.
+        // two cubically converging steps reach the rounding of P itself
+        // (< 1e-15). Cheaper than Cardano's formula (`cbrt`, `sqrt`) and than
+        // three Newton steps (one division fewer).
         let mut s = t * (0.7 + 0.3 * t);
-        for _ in 0..3 {
-            let p = ((A * s + B) * s + C) * s;
-            let dp = (3.0 * A * s + 2.0 * B) * s + C;
-            s -= (p - t) / dp;
+        for _ in 0..2 {
+            let f = ((A * s + B) * s + C) * s - t;
+            let df = (3.0 * A * s + 2.0 * B) * s + C;
+            let ddf = 6.0 * A * s + 2.0 * B;
+            s -= 2.0 * f * df / (2.0 * df * df - f * ddf);
         }
         build_float(e, s)
     }

@@ -4,7 +4,7 @@
 //! for the exact `log2`; so the multiplier grows by `1 / ln 2` (44 % more
 //! buckets) to keep consecutive bounds within γ.
 
-use super::{build_float, split_float, Interpolation, LogApproximation};
+use super::{build_float, split_float, split_integer, Interpolation, LogApproximation};
 use core::f64::consts::LN_2;
 
 /// `log2` linearly interpolated between powers of two, for [`LinearMapping`](super::LinearMapping).
@@ -27,7 +27,7 @@ impl LogApproximation for LinearLog {
     }
 
     fn exp(x: f64) -> f64 {
-        let e = libm::floor(x);
-        build_float(e, x - e)
+        let (e, s) = split_integer(x);
+        build_float(e, s)
     }
 }

@@ -353,9 +353,24 @@ fn split_float(v: f64) -> (f64, f64) {
 
 /// `(1 + s) · 2^exponent` for `s` in `[0, 1]`, any exponent (saturates to 0
 /// or infinity).
-fn build_float(exponent: f64, s: f64) -> f64 {
-    // `as i32` saturates for huge exponents; scalbn handles any i32.
-    libm::scalbn(1.0 + s, exponent as i32)
+fn build_float(exponent: i32, s: f64) -> f64 {
+    if (-1022..=1023).contains(&exponent) {
+        // A normal power of two, built from its bits: exact, and far cheaper
+        // than `scalbn`. The biased exponent is in 1..=2046.
+        let biased = exponent.wrapping_add(1023) as u64;
+        (1.0 + s) * f64::from_bits(biased << 52)
+    } else {
+        // Subnormal or overflowing results: let scalbn round them.
+        libm::scalbn(1.0 + s, exponent)
+    }
+}
+
+/// `x` split into `(floor(x), x − floor(x))`, the integer part saturated
+/// into `i32` (exponents beyond it overflow to 0 or infinity anyway).
+#[inline(always)]
+fn split_integer(x: f64) -> (i32, f64) {
+    let e = floor_to_i32(x);
+    (e, x - f64::from(e))
 }
 
 #[cfg(test)]
