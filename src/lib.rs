@@ -6,7 +6,7 @@
 //! for `no_std` targets and servers alike:
 //!
 //! * [`DDSketch`]: a quantile sketch with a relative-error guarantee α, in
-//!   fixed memory (4 KiB by default), a few nanoseconds per
+//!   fixed memory (4 KiB by default), about ten nanoseconds per
 //!   [`add`](DDSketch::add);
 //! * [`window::LatencyWindow`]: two sketches rotated by caller timestamps,
 //!   queried as one, with an O(1) cached quantile;
