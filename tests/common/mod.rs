@@ -96,10 +96,16 @@ pub fn sample(shape: Shape, s: f64, p: f64, u: [f64; 3]) -> f64 {
 
 /// Sizes: mostly small, a few large (up to 10^5).
 pub fn size() -> impl Strategy<Value = usize> {
+    // Under miri, which interprets every instruction, keep sizes small.
+    let (medium, large) = if cfg!(miri) {
+        (300, 1_000)
+    } else {
+        (3_000, 100_000)
+    };
     prop_oneof![
         24 => 1usize..100,
-        6 => 100usize..3000,
-        1 => 3000usize..=100_000,
+        6 => 100usize..medium,
+        1 => medium..=large,
     ]
 }
 
