@@ -202,6 +202,25 @@ impl HedgeConfig {
     }
 }
 
+impl HedgeConfig {
+    /// `delay` within `[min_delay, max_delay]` (not `clamp`, which asserts
+    /// its bounds are ordered: validated, but not provably so).
+    pub(crate) fn bound(&self, delay: u64) -> u64 {
+        delay.max(self.min_delay_ns).min(self.max_delay_ns)
+    }
+
+    /// A quantile times the configured multiplier, saturating.
+    pub(crate) fn scale(&self, quantile_ns: u64) -> u64 {
+        let permille = self.delay_multiplier_permille;
+        if permille == 1_000 {
+            return quantile_ns;
+        }
+        // u64 × u32 fits u128 with room to spare.
+        let scaled = u128::from(quantile_ns).saturating_mul(u128::from(permille)) / 1_000;
+        u64::try_from(scaled).unwrap_or(u64::MAX)
+    }
+}
+
 impl Default for HedgeConfig {
     fn default() -> Self {
         Self::DEFAULT

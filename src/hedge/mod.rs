@@ -199,12 +199,7 @@ impl<K: PartialEq + Copy, B: HedgeBudget, const T: usize, S: Store> Hedger<K, B,
             (BudgetScope::Shared(b), _) | (_, Some(b)) => b.on_request(now),
             (BudgetScope::PerTarget(_), None) => {}
         }
-        let warm = entry.window.count() >= self.config.min_samples;
-        let estimate = if warm {
-            entry.window.cached_quantile()
-        } else {
-            None
-        };
+        let estimate = estimate(&self.config, &entry.window);
         if estimate.is_none() {
             bump(&mut self.stats.cold_starts);
         }
@@ -215,13 +210,12 @@ impl<K: PartialEq + Copy, B: HedgeBudget, const T: usize, S: Store> Hedger<K, B,
             Plan::NoHedge(NoHedge::Disabled)
         } else {
             let delay = match (estimate, self.config.prior_delay_ns) {
-                (Some(q), _) => Some((self.scale(q), false)),
-                (None, Some(prior)) => Some((prior, true)),
+                (Some(d), _) => Some((d, false)),
+                (None, Some(prior)) => Some((self.config.bound(prior), true)),
                 (None, None) => None,
             };
             match delay {
                 Some((d, from_prior)) => {
-                    let d = self.bound(d);
                     let at = now.saturating_add(d);
                     request.delay_ns = d;
                     request.next_hedge_at = Some(at);
@@ -236,25 +230,6 @@ impl<K: PartialEq + Copy, B: HedgeBudget, const T: usize, S: Store> Hedger<K, B,
             }
         };
         (request, plan)
-    }
-
-    /// `delay` within `[min_delay, max_delay]` (not `clamp`, which asserts
-    /// its bounds are ordered: validated here, but not provably so).
-    fn bound(&self, delay: u64) -> u64 {
-        delay
-            .max(self.config.min_delay_ns)
-            .min(self.config.max_delay_ns)
-    }
-
-    /// The quantile times the configured multiplier, saturating.
-    fn scale(&self, quantile_ns: u64) -> u64 {
-        let permille = self.config.delay_multiplier_permille;
-        if permille == 1_000 {
-            return quantile_ns;
-        }
-        // u64 × u32 fits u128 with room to spare.
-        let scaled = u128::from(quantile_ns).saturating_mul(u128::from(permille)) / 1_000;
-        u64::try_from(scaled).unwrap_or(u64::MAX)
     }
 
     /// The table index for `target`, inserting it (and evicting) if new.
@@ -481,15 +456,11 @@ impl<K: PartialEq + Copy, B: HedgeBudget, const T: usize, S: Store> Hedger<K, B,
         &self.config
     }
 
-    /// The delay a request to `target` would get now (before clamping to
-    /// the prior), `None` in cold start or for an unknown target. O(1).
+    /// The delay the window gives a request to `target` now, `None` in
+    /// cold start (the prior, if configured, is not included) or for an
+    /// unknown target. O(1).
     pub fn delay_ns(&self, target: &K) -> Option<u64> {
-        let window = self.window(target)?;
-        if window.count() < self.config.min_samples {
-            return None;
-        }
-        let q = window.cached_quantile()?;
-        Some(self.bound(self.scale(q)))
+        estimate(&self.config, self.window(target)?)
     }
 
     /// The latency window of `target`, if the table holds it.
@@ -521,4 +492,18 @@ impl<K: PartialEq + Copy, B: HedgeBudget, const T: usize, S: Store> Hedger<K, B,
     pub fn mapping(&self) -> &CubicMapping {
         &self.mapping
     }
+}
+
+/// The delay a window's estimate gives, `None` while it holds fewer than
+/// `min_samples` samples: the cached quantile, scaled and bounded.
+fn estimate<S: Store>(
+    config: &HedgeConfig,
+    window: &LatencyWindow<CubicMapping, S>,
+) -> Option<u64> {
+    if window.count() < config.min_samples {
+        return None;
+    }
+    window
+        .cached_quantile()
+        .map(|q| config.bound(config.scale(q)))
 }
