@@ -80,6 +80,10 @@ fn add(c: &mut Criterion) {
             }
         })
     });
+    let mut batch = DDSketch::new(ALPHA).unwrap();
+    g.bench_function("tailguard cubic, add_all (batch)", |b| {
+        b.iter(|| batch.add_all(black_box(&data)).unwrap())
+    });
     let mut lin = Lin::with_accuracy(ALPHA).unwrap();
     g.bench_function("tailguard linear", |b| {
         b.iter(|| {

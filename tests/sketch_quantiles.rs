@@ -135,3 +135,43 @@ fn empty_array_of_qs() {
     s.add(5.0).unwrap();
     assert_eq!(s.quantiles(&[]), Ok(Some([])));
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(cases(64)))]
+
+    /// `add_all` is exactly a loop of `add`: same buckets, bit-identical
+    /// min, max and sum, and the same first refusal.
+    #[test]
+    fn add_all_equals_a_loop_of_add(
+        data in prop::collection::vec(
+            prop_oneof![
+                8 => 1e-3..1e9f64,
+                1 => Just(0.0),
+                1 => Just(-1.0),
+                1 => Just(f64::NAN),
+                1 => Just(f64::INFINITY),
+            ],
+            0..300,
+        )
+    ) {
+        let mut batch = DDSketch::new(0.01).unwrap();
+        let mut one_by_one = DDSketch::new(0.01).unwrap();
+        let outcome = batch.add_all(&data);
+        let mut expected = Ok(());
+        for (i, &v) in data.iter().enumerate() {
+            if let Err(e) = one_by_one.add(v) {
+                expected = Err((i, e));
+                break;
+            }
+        }
+        prop_assert_eq!(outcome, expected);
+        prop_assert_eq!(batch.count(), one_by_one.count());
+        prop_assert_eq!(batch.zero_count(), one_by_one.zero_count());
+        let bins = |s: &DDSketch| s.positive_store().bins().collect::<Vec<_>>();
+        prop_assert_eq!(bins(&batch), bins(&one_by_one));
+        let bits = |x: Option<f64>| x.map(f64::to_bits);
+        prop_assert_eq!(bits(batch.min()), bits(one_by_one.min()));
+        prop_assert_eq!(bits(batch.max()), bits(one_by_one.max()));
+        prop_assert_eq!(bits(batch.sum()), bits(one_by_one.sum()));
+    }
+}
