@@ -24,6 +24,7 @@ fn sketches() {
     let alpha = black_box(0.01);
     if let Ok(mut s) = DDSketch::new(alpha) {
         let _ = s.add(black_box(1.5));
+        let _ = s.add_all(black_box(&[2.5, -1.0, 7.0]));
         let _ = s.add_weighted(black_box(-2.0), black_box(7));
         let _ = black_box(s.quantile(black_box(0.99)));
         let _ = black_box(s.quantiles(&[black_box(0.5), black_box(0.9)]));
