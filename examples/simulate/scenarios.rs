@@ -206,7 +206,7 @@ pub fn drift(phase_ns: u64, seed: u64) -> Phased {
         until_ns: Some(3 * phase_ns),
     };
     let adaptive = HedgeConfig::DEFAULT.rotation_period_ns(FAST_ROTATION_NS);
-    let mut rows = vec![
+    let rows = vec![
         ours_row("no hedging", ours(no_hedging()), &backend, w, seed),
         ours_row(
             "static 10 ms (tuned before)",
@@ -224,22 +224,7 @@ pub fn drift(phase_ns: u64, seed: u64) -> Phased {
         ),
         ours_row("adaptive p90 (ours)", ours(adaptive), &backend, w, seed),
     ];
-    // Guess the RPS right for the first phase.
-    let before = &rows[0].outcome.per_second;
-    let secs = (phase_ns / SEC).max(1) as usize;
-    let rps = before.iter().take(secs).map(|s| s.requests).sum::<u64>() / secs as u64;
-    rows.push(row(
-        &format!("Go reference (RPS guess {rps})"),
-        &mut GoReference::new(rps as u32, FAST_ROTATION_NS),
-        &backend,
-        w,
-        seed,
-    ));
-    Phased {
-        phases: three_phases(phase_ns, "3× slower"),
-        rows,
-        go_rps: rps as u32,
-    }
+    with_go_reference(rows, &backend, w, seed, phase_ns, "3× slower")
 }
 
 /// Every attempt is 10× slower during the middle of three phases.
@@ -252,22 +237,35 @@ pub fn outage(phase_ns: u64, seed: u64) -> Phased {
         until_ns: Some(3 * phase_ns),
     };
     let adaptive = HedgeConfig::DEFAULT.rotation_period_ns(FAST_ROTATION_NS);
-    let mut rows = vec![
+    let rows = vec![
         ours_row("no hedging", ours(no_hedging()), &backend, w, seed),
         ours_row("adaptive p90 (ours)", ours(adaptive), &backend, w, seed),
     ];
+    with_go_reference(rows, &backend, w, seed, phase_ns, "outage 10×")
+}
+
+/// Adds the Go reference's row, its RPS guessed right for the first phase
+/// (from the first row's per-second counts), and frames the three phases.
+fn with_go_reference(
+    mut rows: Vec<Row>,
+    backend: &Backend,
+    w: Workload,
+    seed: u64,
+    phase_ns: u64,
+    middle: &str,
+) -> Phased {
     let before = &rows[0].outcome.per_second;
     let secs = (phase_ns / SEC).max(1) as usize;
     let rps = before.iter().take(secs).map(|s| s.requests).sum::<u64>() / secs as u64;
     rows.push(row(
         &format!("Go reference (RPS guess {rps})"),
         &mut GoReference::new(rps as u32, FAST_ROTATION_NS),
-        &backend,
+        backend,
         w,
         seed,
     ));
     Phased {
-        phases: three_phases(phase_ns, "outage 10×"),
+        phases: three_phases(phase_ns, middle),
         rows,
         go_rps: rps as u32,
     }
