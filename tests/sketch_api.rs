@@ -55,15 +55,10 @@ where
     if let Some(c) = sa.collapse() {
         prop_assert!(c.samples <= sa.count(), "{:?} of {}", c, sa.count());
     }
-    // Collapsed or not, at the same bound.
-    prop_assert_eq!(
-        sa.collapse().map(|c| c.bound),
-        union.collapse().map(|c| c.bound)
-    );
-    prop_assert_eq!(
-        sa.negative_collapse().map(|c| c.bound),
-        union.negative_collapse().map(|c| c.bound)
-    );
+    // Collapsed or not, at the same bound and with the same samples
+    // folded: a store's contents depend only on the keys it was given.
+    prop_assert_eq!(sa.collapse(), union.collapse());
+    prop_assert_eq!(sa.negative_collapse(), union.negative_collapse());
     Ok(())
 }
 
@@ -324,10 +319,12 @@ fn invalid_relative_accuracy_is_a_typed_error() {
 }
 
 #[test]
-fn default_sketch_fits_in_4_kib_plus_128() {
+fn default_sketch_takes_4_kib_plus_136() {
+    // As the `DDSketch` docs say: 4 KiB of counters, 32 bytes of store
+    // state, 72 of mapping, 32 of count, min, max and sum.
     let size = core::mem::size_of::<DDSketch>();
     println!("size_of::<DDSketch>() = {size}");
-    assert!(size <= 4096 + 128, "{size}");
+    assert_eq!(size, 4096 + 136, "{size}");
     let signed = core::mem::size_of::<SignedSketch>();
     println!("size_of::<SignedSketch>() = {signed}");
     assert!(signed <= 2 * 4096 + 256, "{signed}");

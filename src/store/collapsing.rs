@@ -1,9 +1,10 @@
-//! The collapsing store: `N` counters as a window over the key space.
+//! The collapsing store: `N` counters as a ring over the occupied keys.
 
 use super::{Store, StoreCollapse, MAX_CAPACITY};
 use core::cmp::{max, min};
 use core::fmt;
 use core::marker::PhantomData;
+use core::ops::Range;
 
 /// Which side gives way when the keys seen span more than the capacity.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -34,33 +35,45 @@ impl CollapseSide for Highest {
     const SIDE: Collapse = Collapse::Highest;
 }
 
-/// `N` counters for the keys `offset .. offset + N`, collapsing on side `S`.
+/// `N` counters used as a ring over the occupied keys, collapsing on side `S`.
+///
+/// Key `k` lives in slot `k mod N`, so the occupied range can grow in either
+/// direction without moving a counter: adding a key is a range check, a mask
+/// and a saturating add, and a key beyond the range only widens it. When
+/// the keys seen span more than `N`, the store *collapses* on side `S`.
 ///
 /// Use it through [`CollapsingLowestStore`](super::CollapsingLowestStore) or
 /// [`CollapsingHighestStore`](super::CollapsingHighestStore). Takes
-/// `4 · N + 32` bytes.
+/// `4 · N + 32` bytes; a capacity that is a power of two makes the slot a
+/// mask instead of a division by a constant.
 #[derive(Clone, Debug)]
 pub struct CollapsingStore<const N: usize, S> {
     counts: [u32; N],
-    /// The key of `counts[0]`. Always `<= i32::MAX − (N − 1)`.
-    offset: i32,
+    /// The lowest key of the occupied range (meaningless while `span == 0`).
+    low: i32,
+    /// Keys in the occupied range `low .. low + span`, at most `N`. Every
+    /// non-zero counter is in it, every counter outside it is zero, and its
+    /// two ends are non-zero. The range never reaches past `i32::MAX`.
+    span: u32,
     total: u64,
     saturated: u64,
+    /// Samples folded into the edge bucket from other keys; non-zero exactly
+    /// when the store has collapsed (a collapse always folds a sample).
     collapsed: u64,
-    /// Set once the window has collapsed: its far edge is then pinned.
-    has_collapsed: bool,
     side: PhantomData<S>,
 }
 
-/// Counters read a step when walking for a rank (one or two vector loads).
-const CHUNK: usize = 16;
+/// Counters read a step when walking for a rank (eight vector loads); the
+/// chunk where the rank lies is then read one counter at a time. (Measured:
+/// 16 or 64 a step, or a second level of 8 or 16, are all slower.)
+const CHUNK: usize = 32;
 
 // Integer arithmetic in this file never overflows, for three reasons the
 // comments below cite:
-// * keys are `i32`s and window distances at most `SPAN <= 2^24`, so sums and
+// * keys are `i32`s and ranges at most `N <= 2^24` wide, so sums and
 //   differences of a few of them, done in `i64`, stay far inside its range;
 //   the `saturating_*` forms used for them never saturate;
-// * slots are `< N <= 2^24`;
+// * slots and offsets into the range are `< N <= 2^24`;
 // * counts are `u32`s, so a sum of at most `N` of them, in `u64`, is below
 //   `2^56`.
 
@@ -71,43 +84,64 @@ impl<const N: usize, S: CollapseSide> CollapsingStore<N, S> {
     );
     /// `N` as a key distance; exact because `N <= 2^24`.
     const SPAN: i64 = N as i64;
-    /// The last slot, `N − 1` (`N >= 1` by `VALID`).
-    const LAST: usize = N.saturating_sub(1);
-    /// The key distance from the first slot to the last, `SPAN − 1`.
-    const REACH: i64 = Self::LAST as i64;
+    /// The key distance from the lowest key of a full range to its highest.
+    const REACH: i64 = Self::SPAN.saturating_sub(1);
 
     /// An empty store.
     pub const fn new() -> Self {
         let () = Self::VALID;
         Self {
             counts: [0; N],
-            // Centre the empty window on key 0 (the bucket of 1.0). `N / 2 <=
-            // 2^23`, so the cast is exact and the negation cannot wrap.
-            offset: ((N / 2) as i32).wrapping_neg(),
+            low: 0,
+            span: 0,
             total: 0,
             saturated: 0,
             collapsed: 0,
-            has_collapsed: false,
             side: PhantomData,
         }
     }
 
-    /// The slot of `key`, if the window holds it.
+    /// The slot of `key`: `key mod N`.
     #[inline(always)]
-    fn slot(&self, key: i32) -> Option<usize> {
-        // Wrapping difference, read as unsigned: keys below the window wrap
-        // to at least `N` (the window never reaches past `i32::MAX`).
-        let i = key.wrapping_sub(self.offset) as u32 as usize;
-        (i < N).then_some(i)
+    fn slot(key: i32) -> usize {
+        if N.is_power_of_two() {
+            // `N` divides `2^32`, so the two's complement bits of `key` are
+            // already right modulo `N`.
+            (key as u32 as usize) & N.wrapping_sub(1)
+        } else {
+            // `N >= 1`: the remainder exists and lies in `0 .. N`.
+            i64::from(key).checked_rem_euclid(Self::SPAN).unwrap_or(0) as usize
+        }
     }
 
+    /// Whether `key` lies in the occupied range.
     #[inline(always)]
-    fn key_of(&self, slot: usize) -> i32 {
-        // `slot < N` and the window ends at or below `i32::MAX`.
-        self.offset.wrapping_add(slot as i32)
+    fn holds(&self, key: i32) -> bool {
+        // Read as unsigned, keys below `low` wrap to at least `span` (the
+        // range never reaches past `i32::MAX`).
+        (key.wrapping_sub(self.low) as u32) < self.span
     }
 
-    /// Adds `count` at `slot` (which `slot()` produced), saturating.
+    /// The highest key of the occupied range (`span > 0`).
+    fn high(&self) -> i32 {
+        // `span <= 2^24`, and the range ends at or below `i32::MAX`.
+        self.low.wrapping_add(self.span as i32).wrapping_sub(1)
+    }
+
+    /// The occupied range's slots in key order: one run, or two when it
+    /// wraps around the end of the array.
+    fn runs(&self) -> [Range<usize>; 2] {
+        let start = Self::slot(self.low);
+        // `start < N` and `span <= N`: the sums stay below `2 N`.
+        let end = start.wrapping_add(self.span as usize);
+        if end <= N {
+            [start..end, 0..0]
+        } else {
+            [start..N, 0..end.wrapping_sub(N)]
+        }
+    }
+
+    /// Adds `count` at `slot`, saturating.
     #[inline(always)]
     fn add_at(&mut self, slot: usize, count: u32) {
         if let Some(c) = self.counts.get_mut(slot) {
@@ -130,312 +164,374 @@ impl<const N: usize, S: CollapseSide> CollapsingStore<N, S> {
         }
     }
 
-    /// Adds a key outside the window: moves the window if the keys seen still
-    /// fit, otherwise collapses on the given side.
-    #[cold]
-    #[inline(never)]
+    /// Adds a key outside the occupied range: widens the range if the keys
+    /// still fit, otherwise collapses on side `S`.
+    ///
+    /// Inlined, and free of calls, on purpose: a call anywhere in a loop of
+    /// `add`s, even one never taken, would let it modify the whole sketch as
+    /// far as the compiler knows, and the mapping's constants would be
+    /// reloaded from memory on every value (about 40 % slower).
+    #[inline(always)]
     fn add_outside(&mut self, key: i32, count: u32) {
-        let side = S::SIDE;
-        let bottom = i64::from(self.offset);
-        let top = i64::from(self.key_of(Self::LAST));
+        if count == 0 {
+            // Keeps the range's ends non-zero.
+            return;
+        }
+        if self.span == 0 {
+            self.low = key;
+            self.span = 1;
+            self.add_at(Self::slot(key), count);
+            return;
+        }
         let k = i64::from(key);
-        // Steady state after a collapse: the far edge is pinned, so a key
-        // past the near edge lands in the collapsed bucket without a scan.
-        if self.has_collapsed {
-            let pinned = match side {
-                Collapse::Lowest if k < bottom => Some(0),
-                Collapse::Highest if k > top => Some(Self::LAST),
-                _ => None,
-            };
-            if let Some(slot) = pinned {
-                self.collapsed = self.collapsed.saturating_add(u64::from(count));
-                self.add_at(slot, count);
-                return;
-            }
-        }
-        let (lo, hi) = match self.occupied() {
-            Some((a, b)) => (
-                min(k, i64::from(self.key_of(a))),
-                max(k, i64::from(self.key_of(b))),
-            ),
-            None => (k, k),
-        };
-        // `i32` keys in `i64`: the width is at most `2^32`, no saturation.
-        let width = hi.saturating_sub(lo);
+        let (lo, hi) = (i64::from(self.low), i64::from(self.high()));
+        let (new_lo, new_hi) = (min(lo, k), max(hi, k));
+        // `i32` keys in `i64`: no saturation.
+        let width = new_hi.saturating_sub(new_lo);
         if width < Self::SPAN {
-            // Everything fits: centre the occupied keys in the window. The
-            // spare slots, `SPAN − 1 − width`, are in `0 .. SPAN`.
-            let spare = Self::REACH.saturating_sub(width);
-            self.move_window(lo.saturating_sub(spare / 2));
-        } else {
-            let start = match side {
-                Collapse::Lowest => hi.saturating_sub(Self::REACH),
-                Collapse::Highest => lo,
-            };
-            self.collapse_to(start);
+            // `new_lo` is one of two `i32` keys; `width < N`.
+            self.low = new_lo as i32;
+            self.span = width.saturating_add(1) as u32;
+            self.add_at(Self::slot(key), count);
+            return;
         }
-        // `max`/`min`, not `clamp`: `clamp` asserts its bounds are ordered.
-        let clamped = k
-            .max(i64::from(self.offset))
-            .min(i64::from(self.key_of(Self::LAST)));
-        if clamped != k {
+        // The range would hold more than `N` keys: keep the `N` on the exact
+        // side and fold the rest into the edge bucket. `edge` and the folded
+        // keys all lie between two `i32` keys.
+        let (edge, folded) = match S::SIDE {
+            Collapse::Lowest => {
+                let edge = new_hi.saturating_sub(Self::REACH);
+                self.low = edge as i32;
+                (edge, lo..min(edge, hi.saturating_add(1)))
+            }
+            Collapse::Highest => {
+                let edge = new_lo.saturating_add(Self::REACH);
+                self.low = new_lo as i32;
+                (edge, max(edge.saturating_add(1), lo)..hi.saturating_add(1))
+            }
+        };
+        self.fold(folded, edge);
+        // `N <= 2^24` fits `u32`.
+        self.span = N as u32;
+        let target = match S::SIDE {
+            Collapse::Lowest => max(k, edge),
+            Collapse::Highest => min(k, edge),
+        };
+        if target != k {
             self.collapsed = self.collapsed.saturating_add(u64::from(count));
         }
-        // `clamped` lies in the window, so the slot exists.
-        if let Some(slot) = self.slot(clamped as i32) {
-            self.add_at(slot, count);
-        }
+        self.add_at(Self::slot(target as i32), count);
     }
 
-    /// Moves the window to start at key `start` (clamped so it stays in
-    /// `i32`), shifting counters; counters pushed out must be zero.
-    fn move_window(&mut self, start: i64) {
-        let start = start
-            .max(i64::from(i32::MIN))
-            .min(i64::from(i32::MAX).saturating_sub(Self::REACH));
-        // Both in `i32`'s range: no saturation.
-        let shift = start.saturating_sub(i64::from(self.offset));
-        // `n <= N`, so `N − n` is exact.
-        let n = min(shift.unsigned_abs(), N as u64) as usize;
-        let kept = N.saturating_sub(n);
-        if shift > 0 {
-            self.counts.copy_within(n.., 0);
-            if let Some(tail) = self.counts.get_mut(kept..) {
-                tail.fill(0);
-            }
-        } else if shift < 0 {
-            self.counts.copy_within(..kept, n);
-            if let Some(head) = self.counts.get_mut(..n) {
-                head.fill(0);
-            }
-        }
-        self.offset = start as i32;
-    }
-
-    /// Moves the window to start at `start` and folds every counter that
-    /// falls off the collapsing side into the window's edge bucket.
-    fn collapse_to(&mut self, start: i64) {
-        let side = S::SIDE;
-        let old_start = i64::from(self.offset);
-        // `start` comes from `i32` keys and `SPAN`: no saturation.
-        let shift = start.saturating_sub(old_start);
-        // Counters that leave the window: below `start` (lowest) or at or
-        // above `start + N` (highest).
-        let leaving = min(shift.unsigned_abs(), N as u64) as usize;
-        let range = match side {
-            Collapse::Lowest if shift > 0 => 0..leaving,
-            // `leaving <= N`.
-            Collapse::Highest if shift < 0 => N.saturating_sub(leaving)..N,
-            _ => 0..0,
+    /// Empties the slots of the keys `keys` (all in the old occupied range)
+    /// and adds what they held to the slot of key `edge`.
+    #[inline(always)]
+    fn fold(&mut self, keys: Range<i64>, edge: i64) {
+        // Samples already counted as collapsed all sit in the old edge
+        // bucket, the first (lowest) or last (highest) of `keys`; if it is
+        // folded again they must not be counted twice.
+        let old_edge = match S::SIDE {
+            Collapse::Lowest => keys.start,
+            Collapse::Highest => keys.end.saturating_sub(1),
         };
-        // Samples already counted as collapsed all sit in the edge bucket;
-        // if it is folded again they must not be counted twice.
-        let edge_before = match side {
-            Collapse::Lowest => self.counts.first(),
-            Collapse::Highest => self.counts.last(),
-        }
-        .map_or(0, |&c| u64::from(c));
-        let refolded = if range.is_empty() {
+        let refolded = if keys.is_empty() {
             0
         } else {
-            min(self.collapsed, edge_before)
+            let at = self.counts.get(Self::slot(old_edge as i32));
+            min(self.collapsed, at.map_or(0, |&c| u64::from(c)))
         };
-        let folded: u64 = match self.counts.get_mut(range) {
-            Some(gone) => {
-                let sum = gone.iter().map(|&c| u64::from(c)).sum();
-                gone.fill(0);
-                sum
+        let mut moved = 0u64;
+        for key in keys {
+            if let Some(c) = self.counts.get_mut(Self::slot(key as i32)) {
+                moved = moved.wrapping_add(u64::from(*c));
+                *c = 0;
             }
-            None => 0,
-        };
-        self.move_window(start);
+        }
         // The folded counts go to the edge bucket; their stored total does
         // not change, unless that bucket saturates.
-        let edge = match side {
-            Collapse::Lowest => 0,
-            Collapse::Highest => Self::LAST,
-        };
-        self.total = self.total.saturating_sub(folded);
-        let mut rest = folded;
+        self.total = self.total.saturating_sub(moved);
+        let slot = Self::slot(edge as i32);
+        let mut rest = moved;
         while rest > 0 {
             let part = min(rest, u64::from(u32::MAX)) as u32;
-            self.add_at(edge, part);
+            self.add_at(slot, part);
             // `part <= rest`.
             rest = rest.saturating_sub(u64::from(part));
         }
-        // A non-empty `range` includes the edge slot, so `folded >=
-        // edge_before >= refolded`; otherwise both are 0.
-        self.collapsed = self
-            .collapsed
-            .saturating_add(folded.saturating_sub(refolded));
-        self.has_collapsed = true;
+        // `moved >= refolded`: the old edge bucket is one of `keys`. What
+        // saturation dropped is not in the bucket, so cap at its count.
+        let edge_count = self.counts.get(slot).map_or(0, |&c| u64::from(c));
+        self.collapsed = min(
+            self.collapsed
+                .saturating_add(moved.saturating_sub(refolded)),
+            edge_count,
+        );
     }
 
-    /// Adds `other`'s counters slot by slot if all its occupied keys lie in
-    /// this window (the common case when merging sketches of similar data);
-    /// returns `false`, changing nothing, otherwise. Same result as adding
-    /// each bucket, without the per-bucket window checks.
-    fn add_in_window(&mut self, other: &Self) -> bool {
-        let Some((a, b)) = other.occupied() else {
-            return true;
+    /// Adds `other`'s counters slot by slot when the union of the two
+    /// ranges fits `N` keys: keys then have the same slot in both stores.
+    /// Returns `false`, changing nothing, otherwise.
+    fn merge_aligned(&mut self, other: &Self) -> bool {
+        let (olo, ohi) = (i64::from(other.low), i64::from(other.high()));
+        let (lo, hi) = if self.span == 0 {
+            (olo, ohi)
+        } else {
+            (
+                min(olo, i64::from(self.low)),
+                max(ohi, i64::from(self.high())),
+            )
         };
-        let (Some(sa), Some(sb)) = (self.slot(other.key_of(a)), self.slot(other.key_of(b))) else {
+        // `i32` keys in `i64`: no saturation.
+        let width = hi.saturating_sub(lo);
+        if width >= Self::SPAN {
             return false;
-        };
-        let (Some(dst), Some(src)) = (self.counts.get_mut(sa..=sb), other.counts.get(a..=b)) else {
-            return false;
-        };
+        }
+        self.low = lo as i32;
+        self.span = width.saturating_add(1) as u32;
         let (mut stored, mut dropped) = (0u64, 0u64);
-        for (d, &c) in dst.iter_mut().zip(src) {
-            // `added <= c`, and each sum is of at most `N` `u32`s in `u64`:
-            // nothing here wraps.
-            let kept = d.saturating_add(c);
-            let added = kept.wrapping_sub(*d);
-            stored = stored.wrapping_add(u64::from(added));
-            dropped = dropped.wrapping_add(u64::from(c.wrapping_sub(added)));
-            *d = kept;
+        for run in other.runs() {
+            let (Some(dst), Some(src)) = (self.counts.get_mut(run.clone()), other.counts.get(run))
+            else {
+                continue;
+            };
+            for (d, &c) in dst.iter_mut().zip(src) {
+                // `added <= c`, and each sum is of at most `N` `u32`s in
+                // `u64`: nothing here wraps.
+                let kept = d.saturating_add(c);
+                let added = kept.wrapping_sub(*d);
+                stored = stored.wrapping_add(u64::from(added));
+                dropped = dropped.wrapping_add(u64::from(c.wrapping_sub(added)));
+                *d = kept;
+            }
         }
         self.total = self.total.saturating_add(stored);
         self.saturated = self.saturated.saturating_add(dropped);
+        // A collapsed `other` spans `N` keys, so the union is its range and
+        // both edge buckets are the same one: its collapsed samples are
+        // there (unless saturation dropped them).
+        if other.collapsed > 0 {
+            let edge = match S::SIDE {
+                Collapse::Lowest => self.low,
+                Collapse::Highest => self.high(),
+            };
+            let at = self
+                .counts
+                .get(Self::slot(edge))
+                .map_or(0, |&c| u64::from(c));
+            self.collapsed = min(self.collapsed.saturating_add(other.collapsed), at);
+        }
         true
     }
 
-    /// First and last non-empty slots. Skips empty stretches `CHUNK`
-    /// counters a step (an OR of the chunk, which vectorises), then looks
-    /// inside the first and last non-empty chunks.
-    fn occupied(&self) -> Option<(usize, usize)> {
-        let nonzero = |(_, c): &(usize, &[u32])| c.iter().fold(0, |a, &x| a | x) != 0;
-        let chunks = self.counts.chunks(CHUNK).enumerate();
-        let (i, low) = chunks.clone().find(nonzero)?;
-        let (k, high) = chunks.rev().find(nonzero)?;
-        // Chunk `i` starts at slot `i · CHUNK < N`: nothing here wraps.
-        let first = i
-            .wrapping_mul(CHUNK)
-            .wrapping_add(low.iter().position(|&c| c != 0)?);
-        let last = k
-            .wrapping_mul(CHUNK)
-            .wrapping_add(high.iter().rposition(|&c| c != 0)?);
-        Some((first, last))
+    /// The key `offset` places above `low`.
+    fn key_at(&self, offset: usize) -> i32 {
+        // `offset < span`: the key is in the range, inside `i32`.
+        self.low.wrapping_add(offset as i32)
     }
 
-    fn total_impl(&self) -> u64 {
-        self.total
-    }
-
-    fn saturated_impl(&self) -> u64 {
-        self.saturated
+    fn key_range_impl(&self) -> Option<(i32, i32)> {
+        (self.span > 0).then(|| (self.low, self.high()))
     }
 
     fn collapse_impl(&self) -> Option<StoreCollapse> {
-        let side = S::SIDE;
-        self.has_collapsed.then(|| StoreCollapse {
+        (self.collapsed > 0).then(|| StoreCollapse {
             samples: self.collapsed,
-            boundary: match side {
-                Collapse::Lowest => self.offset.saturating_add(1),
-                Collapse::Highest => self.key_of(Self::LAST),
+            boundary: match S::SIDE {
+                Collapse::Lowest => self.low.saturating_add(1),
+                Collapse::Highest => self.high(),
             },
         })
     }
 
-    /// The slot range a key hint covers, clamped into the window.
-    fn slots_for(&self, lowest: i32, highest: i32) -> (usize, usize) {
-        // The difference of two `i32`s in `i64` never saturates.
-        let to_slot = |k: i32| {
-            i64::from(k)
-                .saturating_sub(i64::from(self.offset))
-                .max(0)
-                .min(Self::REACH) as usize
-        };
-        (to_slot(lowest), max(to_slot(lowest), to_slot(highest)))
-    }
-
-    fn key_at_rank_impl(&self, rank: u64, lowest: i32, highest: i32) -> Option<i32> {
+    fn key_at_rank_impl(&self, rank: u64) -> Option<i32> {
         if rank >= self.total {
             return None;
         }
-        let (a, b) = self.slots_for(lowest, highest);
-        let found = if rank < self.total / 2 {
-            self.walk_up(a, b, rank)
+        let runs = self.runs();
+        let narrow = self.total <= u64::from(u32::MAX);
+        let at = if rank < self.total / 2 {
+            walk_up(&self.counts, &runs, rank, narrow)
         } else {
             // `rank < total`.
-            self.walk_down(a, b, self.total.wrapping_sub(rank))
+            walk_down(&self.counts, &runs, self.total.wrapping_sub(rank), narrow)
+        }?;
+        Some(self.key_at(at))
+    }
+
+    fn key_at_rank_with_impl(&self, other: &Self, rank: u64) -> Option<i32> {
+        let total = self.total.saturating_add(other.total);
+        if rank >= total {
+            return None;
+        }
+        // Walk the union's slots when it fits `N` keys (slots line up);
+        // otherwise the generic walk, a key at a time.
+        let union = match (self.key_range_impl(), other.key_range_impl()) {
+            (Some(a), Some(b)) => (min(a.0, b.0), max(a.1, b.1)),
+            (Some(a), None) | (None, Some(a)) => a,
+            (None, None) => return None,
         };
-        // A hint that missed buckets: walk the whole window instead.
-        let slot = found.or_else(|| self.walk_up(0, Self::LAST, rank))?;
-        Some(self.key_of(slot))
-    }
-
-    /// The first slot in `a..=b` where the running sum from `a` exceeds `rank`.
-    ///
-    /// `seen` sums at most `N` counters (below `2^56`) and slot arithmetic
-    /// stays `<= b + 1 <= N`: the wrapping operations never wrap.
-    fn walk_up(&self, a: usize, b: usize, rank: u64) -> Option<usize> {
-        let mut seen = 0u64;
-        let mut base = a;
-        for chunk in self.counts.get(a..=b)?.chunks(CHUNK) {
-            let sum: u64 = chunk.iter().map(|&c| u64::from(c)).sum();
-            if seen.wrapping_add(sum) > rank {
-                for (j, &c) in chunk.iter().enumerate() {
-                    seen = seen.wrapping_add(u64::from(c));
-                    if seen > rank {
-                        return Some(base.wrapping_add(j));
-                    }
-                }
-            }
-            seen = seen.wrapping_add(sum);
-            base = base.wrapping_add(chunk.len());
+        // `i32` keys in `i64`: no saturation.
+        let width = i64::from(union.1).saturating_sub(i64::from(union.0));
+        if width >= Self::SPAN {
+            return super::walk_keys(self, other, rank, union.0, union.1);
         }
-        None
-    }
-
-    /// The last slot in `a..=b` where the running sum from `b` downwards
-    /// reaches `need` (at least 1).
-    ///
-    /// As in [`walk_up`](Self::walk_up), nothing wraps: `seen` is below
-    /// `2^56`, `a <= start` and `start + chunk.len() <= b + 1 <= N`.
-    fn walk_down(&self, a: usize, b: usize, need: u64) -> Option<usize> {
-        let mut seen = 0u64;
-        let mut top = b.wrapping_add(1);
-        for chunk in self.counts.get(a..=b)?.rchunks(CHUNK) {
-            let start = top.wrapping_sub(chunk.len());
-            let sum: u64 = chunk.iter().map(|&c| u64::from(c)).sum();
-            if seen.wrapping_add(sum) >= need {
-                for (j, &c) in chunk.iter().enumerate().rev() {
-                    seen = seen.wrapping_add(u64::from(c));
-                    if seen >= need {
-                        return Some(start.wrapping_add(j));
-                    }
-                }
-            }
-            seen = seen.wrapping_add(sum);
-            top = start;
-        }
-        None
+        let both = Pair(&self.counts, &other.counts);
+        let ring = Self {
+            low: union.0,
+            span: width.saturating_add(1) as u32,
+            ..Self::new()
+        };
+        let runs = ring.runs();
+        let narrow = total <= u64::from(u32::MAX);
+        let at = if rank < total / 2 {
+            walk_up(&both, &runs, rank, narrow)
+        } else {
+            walk_down(&both, &runs, total.wrapping_sub(rank), narrow)
+        }?;
+        Some(ring.key_at(at))
     }
 
     fn count_at_or_below_impl(&self, key: i32) -> u64 {
-        // The difference of two `i32`s in `i64` never saturates.
-        let end = i64::from(key).saturating_sub(i64::from(self.offset));
-        if end < 0 {
+        if self.span == 0 || key < self.low {
             return 0;
         }
-        let end = min(end, Self::REACH) as usize;
-        self.counts
-            .get(..=end)
-            .map_or(0, |c| c.iter().map(|&c| u64::from(c)).sum())
+        // `low <= key`: the difference fits `u32`; keys counted, `1 ..= span`.
+        let below = key.wrapping_sub(self.low) as u32;
+        let mut left = min(below.saturating_add(1), self.span) as usize;
+        let mut sum = 0u64;
+        for run in self.runs() {
+            let take = min(left, run.len());
+            let counts = self.counts.get(run.start..run.start.wrapping_add(take));
+            sum = sum.wrapping_add(counts.map_or(0, |c| c.iter().map(|&c| u64::from(c)).sum()));
+            left = left.wrapping_sub(take);
+        }
+        sum
     }
 
     fn bins_impl(&self) -> impl DoubleEndedIterator<Item = (i32, u32)> + '_ {
-        self.counts
-            .iter()
-            .enumerate()
-            .filter(|(_, &c)| c != 0)
-            .map(|(i, &c)| (self.key_of(i), c))
+        (0..self.span as usize).filter_map(move |i| {
+            let key = self.key_at(i);
+            let count = self.counts.get(Self::slot(key)).copied().unwrap_or(0);
+            (count != 0).then_some((key, count))
+        })
+    }
+}
+
+/// Counters read by slot: one store's, or the sums of two stores' (the
+/// union walked by a rotating window).
+trait Counters {
+    /// The counter (or sum) at `slot`; 0 outside the array.
+    fn at(&self, slot: usize) -> u64;
+    /// The sum of the `W` counters from `slot` (0 if they pass the end).
+    /// `narrow`: the counters all together sum below `2^32`, so the sum may
+    /// be taken in `u32` lanes, twice as many a vector instruction.
+    fn sum<const W: usize>(&self, slot: usize, narrow: bool) -> u64;
+}
+
+impl<const N: usize> Counters for [u32; N] {
+    #[inline(always)]
+    fn at(&self, slot: usize) -> u64 {
+        self.get(slot).map_or(0, |&c| u64::from(c))
     }
 
-    fn clear_impl(&mut self) {
-        *self = Self::new();
+    #[inline(always)]
+    fn sum<const W: usize>(&self, slot: usize, narrow: bool) -> u64 {
+        // A fixed-size array, so the sum unrolls into a few vector adds.
+        let Some(c) = self
+            .get(slot..slot.saturating_add(W))
+            .and_then(|c| <&[u32; W]>::try_from(c).ok())
+        else {
+            return 0;
+        };
+        if narrow {
+            // No partial sum can pass the total, which fits `u32`.
+            u64::from(c.iter().fold(0u32, |a, &x| a.wrapping_add(x)))
+        } else {
+            // `W <= CHUNK` `u32`s in a `u64` cannot wrap.
+            c.iter().fold(0u64, |a, &x| a.wrapping_add(u64::from(x)))
+        }
     }
+}
+
+/// Two stores' counters, read as their sums.
+struct Pair<'a, const N: usize>(&'a [u32; N], &'a [u32; N]);
+
+impl<const N: usize> Counters for Pair<'_, N> {
+    #[inline(always)]
+    fn at(&self, slot: usize) -> u64 {
+        self.0.at(slot).wrapping_add(self.1.at(slot))
+    }
+
+    #[inline(always)]
+    fn sum<const W: usize>(&self, slot: usize, narrow: bool) -> u64 {
+        self.0
+            .sum::<W>(slot, narrow)
+            .wrapping_add(self.1.sum::<W>(slot, narrow))
+    }
+}
+
+/// The offset, from the start of `runs`, of the first slot at which the
+/// running sum exceeds `rank`: whole chunks of `CHUNK` counters while the
+/// sum stays at or below `rank`, then one by one.
+///
+/// `seen` sums at most `2 N` counters (below `2^57`) and slots and offsets
+/// stay below `N`: the wrapping operations never wrap.
+fn walk_up(c: &impl Counters, runs: &[Range<usize>; 2], rank: u64, narrow: bool) -> Option<usize> {
+    let mut seen = 0u64;
+    let mut offset = 0usize;
+    for run in runs {
+        let mut at = run.start;
+        while run.end.saturating_sub(at) >= CHUNK {
+            let sum = c.sum::<CHUNK>(at, narrow);
+            if seen.wrapping_add(sum) > rank {
+                break;
+            }
+            seen = seen.wrapping_add(sum);
+            at = at.wrapping_add(CHUNK);
+        }
+        for slot in at..run.end {
+            seen = seen.wrapping_add(c.at(slot));
+            if seen > rank {
+                return Some(offset.wrapping_add(slot.wrapping_sub(run.start)));
+            }
+        }
+        offset = offset.wrapping_add(run.len());
+    }
+    None
+}
+
+/// The offset, from the start of `runs`, of the last slot at which the
+/// running sum from the top reaches `need` (at least 1). As
+/// [`walk_up`], from the other end; nothing wraps.
+fn walk_down(
+    c: &impl Counters,
+    runs: &[Range<usize>; 2],
+    need: u64,
+    narrow: bool,
+) -> Option<usize> {
+    let mut seen = 0u64;
+    // Offset of the end of the run being walked.
+    let mut offset = runs[0].len().wrapping_add(runs[1].len());
+    for run in runs.iter().rev() {
+        let base = offset.wrapping_sub(run.len());
+        let mut at = run.end;
+        while at.saturating_sub(run.start) >= CHUNK {
+            let sum = c.sum::<CHUNK>(at.wrapping_sub(CHUNK), narrow);
+            if seen.wrapping_add(sum) >= need {
+                break;
+            }
+            seen = seen.wrapping_add(sum);
+            at = at.wrapping_sub(CHUNK);
+        }
+        for slot in (run.start..at).rev() {
+            seen = seen.wrapping_add(c.at(slot));
+            if seen >= need {
+                return Some(base.wrapping_add(slot.wrapping_sub(run.start)));
+            }
+        }
+        offset = base;
+    }
+    None
 }
 
 impl<const N: usize, S: CollapseSide> Default for CollapsingStore<N, S> {
@@ -449,26 +545,35 @@ impl<const N: usize, S: CollapseSide> Store for CollapsingStore<N, S> {
 
     #[inline(always)]
     fn add(&mut self, key: i32, count: u32) {
-        match self.slot(key) {
-            Some(slot) => self.add_at(slot, count),
-            None => self.add_outside(key, count),
+        if self.holds(key) {
+            self.add_at(Self::slot(key), count);
+        } else {
+            self.add_outside(key, count);
         }
     }
 
     fn total(&self) -> u64 {
-        self.total_impl()
+        self.total
     }
 
     fn saturated(&self) -> u64 {
-        self.saturated_impl()
+        self.saturated
     }
 
     fn collapse(&self) -> Option<StoreCollapse> {
         self.collapse_impl()
     }
 
-    fn key_at_rank(&self, rank: u64, lowest: i32, highest: i32) -> Option<i32> {
-        self.key_at_rank_impl(rank, lowest, highest)
+    fn key_range(&self) -> Option<(i32, i32)> {
+        self.key_range_impl()
+    }
+
+    fn key_at_rank(&self, rank: u64) -> Option<i32> {
+        self.key_at_rank_impl(rank)
+    }
+
+    fn key_at_rank_with(&self, other: &Self, rank: u64) -> Option<i32> {
+        self.key_at_rank_with_impl(other, rank)
     }
 
     fn count_at_or_below(&self, key: i32) -> u64 {
@@ -477,9 +582,11 @@ impl<const N: usize, S: CollapseSide> Store for CollapsingStore<N, S> {
 
     #[inline]
     fn count_of(&self, key: i32) -> u32 {
-        self.slot(key)
-            .and_then(|i| self.counts.get(i).copied())
-            .unwrap_or(0)
+        if self.holds(key) {
+            self.counts.get(Self::slot(key)).copied().unwrap_or(0)
+        } else {
+            0
+        }
     }
 
     fn bins(&self) -> impl DoubleEndedIterator<Item = (i32, u32)> + '_ {
@@ -487,33 +594,32 @@ impl<const N: usize, S: CollapseSide> Store for CollapsingStore<N, S> {
     }
 
     fn merge(&mut self, other: &Self) {
-        if !self.add_in_window(other) {
-            for (key, count) in other.bins() {
-                self.add(key, count);
-            }
+        if other.span == 0 || self.merge_aligned(other) {
+            return;
         }
-        if other.has_collapsed {
-            if !self.has_collapsed {
-                // `other`'s edge bucket holds folded samples. Its bins fitted
-                // this window without a collapse, so every occupied key lies
-                // in `other`'s window: pin ours there, as one store fed both
-                // streams would be, so the collapse is reported at its bound.
-                self.move_window(i64::from(other.offset));
-                self.has_collapsed = true;
+        for (key, count) in other.bins() {
+            self.add(key, count);
+        }
+        if other.collapsed > 0 {
+            // The union spans more than `N` keys, so this store has
+            // collapsed too. If `other`'s edge bucket was folded into ours,
+            // its collapsed samples were counted then; if the two edges are
+            // the same key, they are counted here.
+            let (edge, ours) = match S::SIDE {
+                Collapse::Lowest => (other.low, self.low),
+                Collapse::Highest => (other.high(), self.high()),
+            };
+            if edge == ours {
+                let at = self
+                    .counts
+                    .get(Self::slot(ours))
+                    .map_or(0, |&c| u64::from(c));
+                self.collapsed = min(self.collapsed.saturating_add(other.collapsed), at);
             }
-            // The other's collapsed samples may already have been counted
-            // here if its edge bucket was folded again; the collapsed
-            // samples all sit in the edge bucket, so cap at its count.
-            let edge = match S::SIDE {
-                Collapse::Lowest => self.counts.first(),
-                Collapse::Highest => self.counts.last(),
-            }
-            .map_or(0, |&c| u64::from(c));
-            self.collapsed = min(self.collapsed.saturating_add(other.collapsed), edge);
         }
     }
 
     fn clear(&mut self) {
-        self.clear_impl();
+        *self = Self::new();
     }
 }

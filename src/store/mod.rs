@@ -1,13 +1,14 @@
 //! Bucket stores: fixed-capacity arrays of counters keyed by mapping keys.
 //!
-//! A store holds at most `N` consecutive keys in a `[u32; N]`, placed as a
-//! window over the key space. Adding a key inside the window is an index
-//! computation, a bounds check and a saturating add. A key outside moves the
-//! window (a copy of at most `N` counters, rare once the range has been seen)
-//! or, when the keys seen span more than `N`, *collapses*: the lowest
-//! ([`CollapsingLowestStore`]) or highest ([`CollapsingHighestStore`])
-//! buckets are folded into their neighbour, so memory stays fixed and the
-//! quantiles on the kept side stay exact to α.
+//! A store holds at most `N` consecutive keys in a `[u32; N]` used as a
+//! ring: key `k` lives in slot `k mod N`. Adding a key inside the occupied
+//! range is a range check, a mask and a saturating add; a key outside only
+//! widens the range (no counter moves) or, when the keys seen span more than
+//! `N`, *collapses*: the lowest ([`CollapsingLowestStore`]) or highest
+//! ([`CollapsingHighestStore`]) buckets are folded into the edge bucket of
+//! the `N` kept, so memory stays fixed and the quantiles on the kept side
+//! stay exact to α. The result depends only on the keys added, not on their
+//! order, so merging two stores gives the store of both streams.
 //!
 //! Counters are `u32` (4 bytes a bucket, so 1024 buckets take 4 KiB). A
 //! counter that would pass `u32::MAX` stays at `u32::MAX` and the samples that
@@ -27,6 +28,32 @@ pub type CollapsingLowestStore<const N: usize> = CollapsingStore<N, Lowest>;
 /// `N` buckets that fold the highest keys when full: the quantiles of small
 /// values stay exact to α.
 pub type CollapsingHighestStore<const N: usize> = CollapsingStore<N, Highest>;
+
+/// The key at `rank` in the union of two stores, a key at a time over
+/// `lowest ..= highest` (which holds every non-empty bucket of both), from
+/// the nearer end.
+fn walk_keys<T: Store>(a: &T, b: &T, rank: u64, lowest: i32, highest: i32) -> Option<i32> {
+    let total = a.total().saturating_add(b.total());
+    if rank >= total {
+        return None;
+    }
+    // Two `u32`s in a `u64` cannot wrap.
+    let count = |k: i32| u64::from(a.count_of(k)).wrapping_add(u64::from(b.count_of(k)));
+    let mut seen = 0u64;
+    if rank < total / 2 {
+        (lowest..=highest).find(|&k| {
+            seen = seen.saturating_add(count(k));
+            seen > rank
+        })
+    } else {
+        // `rank < total`.
+        let need = total.wrapping_sub(rank);
+        (lowest..=highest).rev().find(|&k| {
+            seen = seen.saturating_add(count(k));
+            seen >= need
+        })
+    }
+}
 
 /// The largest capacity a store accepts (16 Mi buckets, 64 MiB): far beyond
 /// any useful sketch, small enough that window arithmetic never overflows.
@@ -55,8 +82,8 @@ pub trait Store: Clone + Default {
     /// The number of buckets the store holds.
     const CAPACITY: usize;
 
-    /// Adds `count` samples to bucket `key`, moving or collapsing the window
-    /// if `key` lies outside it. Never panics.
+    /// Adds `count` samples to bucket `key`, widening the occupied range or
+    /// collapsing if `key` lies outside it. Never panics.
     fn add(&mut self, key: i32, count: u32);
 
     /// Samples stored (saturating; excludes [`saturated`](Self::saturated) ones).
@@ -68,46 +95,33 @@ pub trait Store: Clone + Default {
     /// Whether, and how much, the store has collapsed.
     fn collapse(&self) -> Option<StoreCollapse>;
 
+    /// The lowest and highest keys of the occupied range, `None` when
+    /// empty. Every non-empty bucket lies in it and both ends are non-empty.
+    fn key_range(&self) -> Option<(i32, i32)>;
+
     /// The key of the first bucket, in ascending key order, at which the
     /// cumulative count exceeds `rank`; `None` if `rank >= total()`.
     ///
-    /// `lowest ..= highest` is a hint: a range of keys known to hold every
-    /// non-empty bucket (the sketch derives it from its exact min and max).
-    /// The walk starts there and, from whichever end is nearer to `rank`,
-    /// reads sixteen counters a step. A wrong hint costs time, not
-    /// correctness.
-    fn key_at_rank(&self, rank: u64, lowest: i32, highest: i32) -> Option<i32>;
+    /// Walks the occupied range from whichever end is nearer to `rank`,
+    /// sixteen counters a step.
+    fn key_at_rank(&self, rank: u64) -> Option<i32>;
 
     /// Samples in buckets whose key is `<= key`.
     fn count_at_or_below(&self, key: i32) -> u64;
 
-    /// The count of bucket `key` (0 outside the window).
+    /// The count of bucket `key` (0 outside the occupied range).
     fn count_of(&self, key: i32) -> u32;
 
     /// [`key_at_rank`](Self::key_at_rank) over the union of two stores,
-    /// without merging them: walks `lowest ..= highest` (which must hold
-    /// every non-empty bucket of both) from the end nearer to `rank`.
-    fn key_at_rank_with(&self, other: &Self, rank: u64, lowest: i32, highest: i32) -> Option<i32> {
-        let total = self.total().saturating_add(other.total());
-        if rank >= total || lowest > highest {
-            return None;
-        }
-        // Two `u32`s in a `u64` cannot wrap.
-        let count = |k: i32| u64::from(self.count_of(k)).wrapping_add(u64::from(other.count_of(k)));
-        let mut seen = 0u64;
-        if rank < total / 2 {
-            (lowest..=highest).find(|&k| {
-                seen = seen.saturating_add(count(k));
-                seen > rank
-            })
-        } else {
-            // `rank < total`.
-            let need = total.wrapping_sub(rank);
-            (lowest..=highest).rev().find(|&k| {
-                seen = seen.saturating_add(count(k));
-                seen >= need
-            })
-        }
+    /// without merging them: what a rotating window asks of its halves.
+    /// This default walks the union of the two ranges a key at a time.
+    fn key_at_rank_with(&self, other: &Self, rank: u64) -> Option<i32> {
+        let (lowest, highest) = match (self.key_range(), other.key_range()) {
+            (Some(a), Some(b)) => (a.0.min(b.0), a.1.max(b.1)),
+            (Some(a), None) | (None, Some(a)) => a,
+            (None, None) => return None,
+        };
+        walk_keys(self, other, rank, lowest, highest)
     }
 
     /// Non-empty buckets as `(key, count)`, in ascending key order.

@@ -30,7 +30,11 @@ impl Store for NoStore {
         None
     }
 
-    fn key_at_rank(&self, _rank: u64, _lowest: i32, _highest: i32) -> Option<i32> {
+    fn key_range(&self) -> Option<(i32, i32)> {
+        None
+    }
+
+    fn key_at_rank(&self, _rank: u64) -> Option<i32> {
         None
     }
 
