@@ -14,7 +14,7 @@ use core::fmt;
 ///   which covers a dynamic range of `2^(1024 / 35)` ≈ 6·10⁸ (1 µs to
 ///   10 minutes in nanoseconds) at α = 1 % before it collapses.
 /// * `N` stores negative values, keyed on `−v`: [`NoStore`] by default, so
-///   the default sketch rejects negative values and takes 4 KiB plus 128 bytes;
+///   the default sketch rejects negative values and takes 4 KiB plus 136 bytes;
 ///   use [`SignedSketch`] for data of both signs.
 ///
 /// Zero, and magnitudes below the mapping's
@@ -183,10 +183,9 @@ impl<M: IndexMapping, P: Store, N: Store> DDSketch<M, P, N> {
     }
 
     /// Adds every value of `values`, with exactly the result of calling
-    /// [`add`](Self::add) on each in turn, but faster: the running minimum,
-    /// maximum and sum stay in registers for the whole batch instead of
-    /// going through memory on every value (about 40 % less time per value
-    /// in `benches/sketch.rs`).
+    /// [`add`](Self::add) on each in turn, and as fast: the add path makes no
+    /// call, so in a loop the compiler keeps the mapping's constants and the
+    /// running minimum, maximum and sum in registers either way.
     ///
     /// ```
     /// # use tailguard::{DDSketch, SketchError};
@@ -203,33 +202,10 @@ impl<M: IndexMapping, P: Store, N: Store> DDSketch<M, P, N> {
     /// At the first value that `add` would refuse: its index and the error.
     /// The values before it were added, the rest were not.
     pub fn add_all(&mut self, values: &[f64]) -> Result<(), (usize, SketchError)> {
-        let low = self.mapping.min_indexable_value();
-        let high = self.mapping.max_indexable_value();
-        // Locals, not fields: a call on a slow path (a store moving its
-        // window) cannot touch them, so they need not be spilled around it.
-        let (mut min, mut max, mut sum) = (self.min, self.max, self.sum);
-        let mut outcome = Ok(());
-        for (i, &value) in values.iter().enumerate() {
-            if value >= low && value <= high {
-                self.positive.add(self.mapping.index(value), 1);
-                if value < min {
-                    min = value;
-                }
-                if value > max {
-                    max = value;
-                }
-                sum += value;
-            } else {
-                (self.min, self.max, self.sum) = (min, max, sum);
-                if let Err(e) = self.insert_other(value, 1) {
-                    outcome = Err((i, e));
-                    break;
-                }
-                (min, max, sum) = (self.min, self.max, self.sum);
-            }
-        }
-        (self.min, self.max, self.sum) = (min, max, sum);
-        outcome
+        values
+            .iter()
+            .enumerate()
+            .try_for_each(|(i, &value)| self.insert(value, 1).map_err(|e| (i, e)))
     }
 
     /// Adds `weight` samples of the same value. A weight of 0 adds nothing
@@ -251,17 +227,24 @@ impl<M: IndexMapping, P: Store, N: Store> DDSketch<M, P, N> {
 
     #[inline(always)]
     fn insert(&mut self, value: f64, weight: u32) -> Result<(), SketchError> {
-        // The common case, a positive normal value, in one range check (NaN
-        // fails it too).
-        if value >= self.mapping.min_indexable_value()
-            && value <= self.mapping.max_indexable_value()
-        {
+        if self.indexable(value) {
             self.positive.add(self.mapping.index(value), weight);
             self.note(value, weight);
             Ok(())
         } else {
             self.insert_other(value, weight)
         }
+    }
+
+    /// Whether `value` is a positive value the mapping indexes: the common
+    /// case, in one integer comparison. Positive floats order as their bits;
+    /// negative ones (`-0.0` included) and NaNs have bits above every
+    /// indexable value's, and smaller ones wrap around to above the range.
+    #[inline(always)]
+    fn indexable(&self, value: f64) -> bool {
+        let low = self.mapping.min_indexable_value().to_bits();
+        let high = self.mapping.max_indexable_value().to_bits();
+        value.to_bits().wrapping_sub(low) <= high.wrapping_sub(low)
     }
 
     #[inline(always)]
@@ -275,7 +258,9 @@ impl<M: IndexMapping, P: Store, N: Store> DDSketch<M, P, N> {
         self.sum += value * f64::from(weight);
     }
 
-    #[inline(never)]
+    /// Zero, negative and rejected values. Inlined and free of calls like
+    /// the store's slow path, for the same reason (see `CollapsingStore`).
+    #[inline(always)]
     fn insert_other(&mut self, value: f64, weight: u32) -> Result<(), SketchError> {
         let magnitude = value.abs();
         if value.is_nan() {
@@ -397,34 +382,19 @@ impl<M: IndexMapping, P: Store, N: Store> DDSketch<M, P, N> {
         // The subtractions below cannot wrap: each runs only where the branch
         // conditions put `rank` at or above what is subtracted.
         let value = if rank < negatives {
-            let (lo, hi) = self.key_hint(-self.max, -self.min);
             // Negative keys ascend with magnitude: most negative last.
             self.negative
-                .key_at_rank(negatives.wrapping_sub(1).wrapping_sub(rank), lo, hi)
+                .key_at_rank(negatives.wrapping_sub(1).wrapping_sub(rank))
                 .map_or(self.min, |k| -self.mapping.value(k))
         } else if rank.wrapping_sub(negatives) < self.zero_count {
             0.0
         } else {
-            let (lo, hi) = self.key_hint(self.min, self.max);
             let rank = rank.wrapping_sub(negatives).wrapping_sub(self.zero_count);
             self.positive
-                .key_at_rank(rank, lo, hi)
+                .key_at_rank(rank)
                 .map_or(self.max, |k| self.mapping.value(k))
         };
-        value.max(self.min).min(self.max)
-    }
-
-    /// Keys that cover magnitudes in `[low, high]`, one key of slack each
-    /// side for rounding.
-    fn key_hint(&self, low: f64, high: f64) -> (i32, i32) {
-        let key = |v: f64| {
-            // `max`/`min`, not `clamp`: `clamp` asserts its bounds are ordered.
-            let v = v
-                .max(self.mapping.min_indexable_value())
-                .min(self.mapping.max_indexable_value());
-            self.mapping.index(v)
-        };
-        (key(low).saturating_sub(1), key(high).saturating_add(1))
+        clamp(value, self.min, self.max)
     }
 
     /// Several quantiles, each exactly what [`quantile`](Self::quantile)
@@ -544,21 +514,19 @@ impl<M: IndexMapping, P: Store, N: Store> DDSketch<M, P, N> {
         // As in `value_at_rank`, the branch conditions keep the
         // subtractions from wrapping.
         let value = if rank < negatives {
-            let (lo, hi) = self.key_hint(-max, -min);
             let rank = negatives.wrapping_sub(1).wrapping_sub(rank);
             self.negative
-                .key_at_rank_with(&other.negative, rank, lo, hi)
+                .key_at_rank_with(&other.negative, rank)
                 .map_or(min, |k| -self.mapping.value(k))
         } else if rank.wrapping_sub(negatives) < zeros {
             0.0
         } else {
-            let (lo, hi) = self.key_hint(min, max);
             let rank = rank.wrapping_sub(negatives).wrapping_sub(zeros);
             self.positive
-                .key_at_rank_with(&other.positive, rank, lo, hi)
+                .key_at_rank_with(&other.positive, rank)
                 .map_or(max, |k| self.mapping.value(k))
         };
-        Ok(Some(value.max(min).min(max)))
+        Ok(Some(clamp(value, min, max)))
     }
 
     /// Empties the sketch, keeping its mapping.
@@ -569,6 +537,20 @@ impl<M: IndexMapping, P: Store, N: Store> DDSketch<M, P, N> {
         self.min = f64::INFINITY;
         self.max = f64::NEG_INFINITY;
         self.sum = 0.0;
+    }
+}
+
+/// `value` clamped into `[min, max]` by comparisons: cheaper than
+/// `f64::max`/`min`, which also handle NaN (never met here), and free of
+/// `f64::clamp`'s assertion.
+#[inline(always)]
+fn clamp(value: f64, min: f64, max: f64) -> f64 {
+    if value < min {
+        min
+    } else if value > max {
+        max
+    } else {
+        value
     }
 }
 
