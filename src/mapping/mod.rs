@@ -330,6 +330,9 @@ impl<L: LogApproximation> fmt::Debug for LogLikeMapping<L> {
     }
 }
 
+/// `1.5 · 2^52`: sums with it lie in `[2^52, 2^53)`, where the ulp is 1.
+const ROUND: f64 = 6_755_399_441_055_744.0;
+
 /// `floor(x)` as `i32` for `|x| < 2^31`, the range keys of indexable values
 /// lie in; an unspecified `i32` (never a panic) outside it or for NaN.
 ///
@@ -339,8 +342,6 @@ impl<L: LogApproximation> fmt::Debug for LogLikeMapping<L> {
 /// mantissa bits; one comparison turns round-to-nearest into floor.
 #[inline(always)]
 fn floor_key(x: f64) -> i32 {
-    /// `1.5 · 2^52`: sums with it lie in `[2^52, 2^53)`, where the ulp is 1.
-    const ROUND: f64 = 6_755_399_441_055_744.0;
     let shifted = x + ROUND;
     let nearest = shifted - ROUND;
     // The low 32 mantissa bits are `nearest mod 2^32`.
@@ -395,8 +396,9 @@ fn build_float(exponent: i32, s: f64) -> f64 {
 
 /// `x` split into `(floor(x), x − floor(x))`, the integer part saturated
 /// into `±2^30` (exponents that large overflow to 0 or infinity anyway). The
-/// fraction is always in `[0, 1)`, 0 for NaN, so the inverses never
-/// evaluate a polynomial far outside its interval.
+/// fraction is in `[0, 1]` (1 only when rounding `x − floor(x)` reaches
+/// it), 0 for NaN, so the inverses never evaluate a polynomial far outside
+/// its interval.
 #[inline(always)]
 fn split_integer(x: f64) -> (i32, f64) {
     const LIMIT: f64 = (1 << 30) as f64;
@@ -410,8 +412,18 @@ fn split_integer(x: f64) -> (i32, f64) {
     } else {
         0.0
     };
-    let e = floor_key(x);
-    (e, x - f64::from(e))
+    // As in `floor_key`, but the fraction comes straight from the nearest
+    // integer, without converting the integer part back to a float.
+    let shifted = x + ROUND;
+    let nearest = shifted - ROUND;
+    let key = shifted.to_bits() as i32;
+    // Exact: `x` and the integer nearest to it are within one half.
+    let t = x - nearest;
+    if t < 0.0 {
+        (key.wrapping_sub(1), t + 1.0)
+    } else {
+        (key, t)
+    }
 }
 
 #[cfg(test)]
@@ -454,6 +466,7 @@ mod tests {
             let x = f64::from(i) * 0.7311;
             let (e, t) = split_integer(x);
             assert!((0.0..1.0).contains(&t) && f64::from(e) + t == x, "{x}");
+            assert_eq!(f64::from(e), libm::floor(x), "{x}");
         }
     }
 
