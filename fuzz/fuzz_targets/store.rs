@@ -1,0 +1,148 @@
+//! Differential fuzzing of the collapsing stores against an exact model.
+//!
+//! A store's contents depend only on the multiset of keys it was given (see
+//! `tests/store_model.rs`): with `lo` and `hi` the extreme keys, nothing
+//! folds while `hi − lo < N`; otherwise collapsing-lowest keeps
+//! `hi − N + 1 ..= hi` and folds smaller keys into its lowest, and
+//! collapsing-highest keeps `lo ..= lo + N − 1` and folds larger keys into
+//! its highest. After every operation, bins, totals, the collapse report,
+//! ranks and counts must match the model, for a capacity that is a power of
+//! two (the slot is a mask) and one that is not (a remainder).
+#![no_main]
+
+use arbitrary::Arbitrary;
+use libfuzzer_sys::fuzz_target;
+use std::collections::BTreeMap;
+use tailguard::store::{
+    Collapse, CollapseSide, CollapsingStore, Highest, Lowest, StoreCollapse,
+};
+use tailguard::Store;
+
+#[derive(Arbitrary, Debug)]
+enum Op {
+    /// A key near one of a few anchors (both ends of `i32`, zero) or any.
+    Add(Anchor, u8, u8),
+    /// Merge a store fed these keys.
+    Merge(Vec<(Anchor, u8, u8)>),
+    Clear,
+}
+
+#[derive(Arbitrary, Debug, Clone, Copy)]
+enum Anchor {
+    Min,
+    Zero,
+    Max,
+    Any(i32),
+}
+
+fn key(anchor: Anchor, offset: u8) -> i32 {
+    let d = i32::from(offset);
+    match anchor {
+        Anchor::Min => i32::MIN + d,
+        Anchor::Zero => d - 128,
+        Anchor::Max => i32::MAX - d,
+        Anchor::Any(k) => k.saturating_add(d),
+    }
+}
+
+/// Bins and collapse report of a store fed `keys`.
+fn model(side: Collapse, n: usize, keys: &BTreeMap<i32, u64>) -> (Vec<(i32, u32)>, Option<StoreCollapse>) {
+    let (Some((&lo, _)), Some((&hi, _))) = (keys.first_key_value(), keys.last_key_value()) else {
+        return (vec![], None);
+    };
+    let n = n as i64;
+    if i64::from(hi) - i64::from(lo) < n {
+        return (keys.iter().map(|(&k, &c)| (k, c as u32)).collect(), None);
+    }
+    let (edge, boundary) = match side {
+        Collapse::Lowest => {
+            let e = (i64::from(hi) - n + 1) as i32;
+            (e, e + 1)
+        }
+        Collapse::Highest => {
+            let e = (i64::from(lo) + n - 1) as i32;
+            (e, e)
+        }
+    };
+    let mut folded: BTreeMap<i32, u64> = BTreeMap::new();
+    let mut samples = 0;
+    for (&k, &c) in keys {
+        let kept = match side {
+            Collapse::Lowest => k.max(edge),
+            Collapse::Highest => k.min(edge),
+        };
+        if kept != k {
+            samples += c;
+        }
+        *folded.entry(kept).or_default() += c;
+    }
+    (
+        folded.iter().map(|(&k, &c)| (k, c as u32)).collect(),
+        Some(StoreCollapse { samples, boundary }),
+    )
+}
+
+struct Case<const N: usize, S: CollapseSide> {
+    store: CollapsingStore<N, S>,
+}
+
+impl<const N: usize, S: CollapseSide> Case<N, S> {
+    fn check(&self, keys: &BTreeMap<i32, u64>) {
+        let (bins, collapse) = model(S::SIDE, N, keys);
+        assert_eq!(self.store.bins().collect::<Vec<_>>(), bins);
+        assert_eq!(self.store.collapse(), collapse);
+        let total: u64 = bins.iter().map(|&(_, c)| u64::from(c)).sum();
+        assert_eq!(self.store.total(), total);
+        assert_eq!(self.store.key_range(), bins.first().zip(bins.last()).map(|(a, b)| (a.0, b.0)));
+        let mut below = 0u64;
+        for &(k, c) in &bins {
+            assert_eq!(self.store.count_of(k), c);
+            assert_eq!(self.store.key_at_rank(below), Some(k));
+            below += u64::from(c);
+            assert_eq!(self.store.key_at_rank(below - 1), Some(k));
+            assert_eq!(self.store.count_at_or_below(k), below);
+        }
+        assert_eq!(self.store.key_at_rank(total), None);
+    }
+}
+
+fn run<const N: usize, S: CollapseSide>(ops: &[Op]) {
+    let mut case = Case::<N, S> { store: CollapsingStore::new() };
+    let mut keys: BTreeMap<i32, u64> = BTreeMap::new();
+    for op in ops {
+        match op {
+            Op::Add(a, d, c) => {
+                let k = key(*a, *d);
+                case.store.add(k, u32::from(*c));
+                if *c > 0 {
+                    *keys.entry(k).or_default() += u64::from(*c);
+                }
+            }
+            Op::Merge(adds) => {
+                let mut other = CollapsingStore::<N, S>::new();
+                for &(a, d, c) in adds {
+                    let k = key(a, d);
+                    other.add(k, u32::from(c));
+                    if c > 0 {
+                        *keys.entry(k).or_default() += u64::from(c);
+                    }
+                }
+                case.store.merge(&other);
+            }
+            Op::Clear => {
+                case.store.clear();
+                keys.clear();
+            }
+        }
+        case.check(&keys);
+    }
+}
+
+fuzz_target!(|ops: Vec<Op>| {
+    // At most a few thousand samples: no counter can saturate.
+    let ops = &ops[..ops.len().min(64)];
+    run::<16, Lowest>(ops);
+    run::<16, Highest>(ops);
+    run::<7, Lowest>(ops);
+    run::<7, Highest>(ops);
+});
