@@ -555,6 +555,7 @@ fn clamp(value: f64, min: f64, max: f64) -> f64 {
 }
 
 /// `⌊q · (n − 1)⌋`, validated.
+#[inline]
 fn rank_of(q: f64, n: u64) -> Result<u64, SketchError> {
     if !(0.0..=1.0).contains(&q) {
         return Err(SketchError::InvalidQuantile(q));

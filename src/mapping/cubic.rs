@@ -54,6 +54,7 @@ impl LogApproximation for CubicLog {
         ((A * s + B) * s + C) * s + e
     }
 
+    #[inline]
     fn exp(x: f64) -> f64 {
         let (e, t) = split_integer(x);
         // Solve P(s) = t for s in [0, 1). A degree-6 polynomial fitted to

@@ -26,6 +26,7 @@ impl LogApproximation for LinearLog {
         e + s
     }
 
+    #[inline]
     fn exp(x: f64) -> f64 {
         let (e, s) = split_integer(x);
         build_float(e, s)

@@ -79,6 +79,7 @@ pub trait IndexMapping: Copy + fmt::Debug + PartialEq {
     fn lower_bound(&self, index: i32) -> f64;
 
     /// The value that represents bucket `index`: `lower_bound(index) · (1 + α)`.
+    #[inline]
     fn value(&self, index: i32) -> f64 {
         self.lower_bound(index) * (1.0 + self.relative_accuracy())
     }
@@ -294,6 +295,7 @@ impl<L: LogApproximation> IndexMapping for LogLikeMapping<L> {
         ))
     }
 
+    #[inline]
     fn lower_bound(&self, index: i32) -> f64 {
         L::exp((f64::from(index) - self.index_offset) * self.inverse_multiplier)
     }
@@ -382,6 +384,7 @@ fn split_mantissa(v: f64) -> (f64, f64) {
 
 /// `(1 + s) · 2^exponent` for `s` in `[0, 1]`, any exponent (saturates to 0
 /// or infinity).
+#[inline]
 fn build_float(exponent: i32, s: f64) -> f64 {
     if (-1022..=1023).contains(&exponent) {
         // A normal power of two, built from its bits: exact, and far cheaper

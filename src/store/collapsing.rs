@@ -64,9 +64,13 @@ pub struct CollapsingStore<const N: usize, S> {
 }
 
 /// Counters read a step when walking for a rank (eight vector loads); the
-/// chunk where the rank lies is then read one counter at a time. (Measured:
-/// 16 or 64 a step, or a second level of 8 or 16, are all slower.)
+/// chunk where the rank lies is then read [`STEP`] counters a step, and the
+/// step where it lies one counter at a time. Measured on lognormal data
+/// against 16, 32 or 64 a step with or without a second level: the fastest
+/// at p50, p90 and p99 taken together.
 const CHUNK: usize = 32;
+/// See [`CHUNK`].
+const STEP: usize = 8;
 
 // Integer arithmetic in this file never overflows, for three reasons the
 // comments below cite:
@@ -472,7 +476,7 @@ impl<const N: usize> Counters for Pair<'_, N> {
 
 /// The offset, from the start of `runs`, of the first slot at which the
 /// running sum exceeds `rank`: whole chunks of `CHUNK` counters while the
-/// sum stays at or below `rank`, then one by one.
+/// sum stays at or below `rank`, then `STEP` at a time, then one by one.
 ///
 /// `seen` sums at most `2 N` counters (below `2^57`) and slots and offsets
 /// stay below `N`: the wrapping operations never wrap.
@@ -488,6 +492,14 @@ fn walk_up(c: &impl Counters, runs: &[Range<usize>; 2], rank: u64, narrow: bool)
             }
             seen = seen.wrapping_add(sum);
             at = at.wrapping_add(CHUNK);
+        }
+        while run.end.saturating_sub(at) >= STEP {
+            let sum = c.sum::<STEP>(at, narrow);
+            if seen.wrapping_add(sum) > rank {
+                break;
+            }
+            seen = seen.wrapping_add(sum);
+            at = at.wrapping_add(STEP);
         }
         for slot in at..run.end {
             seen = seen.wrapping_add(c.at(slot));
@@ -522,6 +534,14 @@ fn walk_down(
             }
             seen = seen.wrapping_add(sum);
             at = at.wrapping_sub(CHUNK);
+        }
+        while at.saturating_sub(run.start) >= STEP {
+            let sum = c.sum::<STEP>(at.wrapping_sub(STEP), narrow);
+            if seen.wrapping_add(sum) >= need {
+                break;
+            }
+            seen = seen.wrapping_add(sum);
+            at = at.wrapping_sub(STEP);
         }
         for slot in (run.start..at).rev() {
             seen = seen.wrapping_add(c.at(slot));
