@@ -37,7 +37,7 @@ use core::fmt;
 ///
 /// let mut sketch = DDSketch::new(0.01)?; // α = 1 %, 4 KiB, cubic mapping
 /// for latency_ns in 1_000..=100_000u32 {
-///     sketch.add(f64::from(latency_ns))?; // ~10 ns each, no allocation
+///     sketch.add(f64::from(latency_ns))?; // a few ns each, no allocation
 /// }
 /// let p99 = sketch.quantile(0.99)?.expect("not empty");
 /// assert!((p99 - 99_010.0).abs() <= 0.01 * 99_010.0);

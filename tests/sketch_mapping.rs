@@ -210,3 +210,34 @@ fn bounds_are_ulp_exact_near_one() {
     near_one::<CubicMapping>();
     near_one::<LinearMapping>();
 }
+
+/// `value` folds `1 + α` into the power of two; the result must be exactly
+/// `lower_bound · (1 + α)`, over the whole key range and its ends.
+fn value_is_lower_bound_times_one_plus_alpha<M: IndexMapping + FromRelativeAccuracy>() {
+    for a in ALPHAS {
+        let m = M::from_relative_accuracy(a).unwrap();
+        let (k0, k1) = (
+            m.index(m.min_indexable_value()),
+            m.index(m.max_indexable_value()),
+        );
+        let keys = (k0..=k1)
+            .step_by(31)
+            .chain([i32::MIN, k0 - 1, k0, k1, k1 + 1, i32::MAX]);
+        for k in keys {
+            let expected = m.lower_bound(k) * (1.0 + m.relative_accuracy());
+            assert_eq!(
+                m.value(k).to_bits(),
+                expected.to_bits(),
+                "{m:?}: key {k}: {} vs {expected}",
+                m.value(k)
+            );
+        }
+    }
+}
+
+#[test]
+fn value_is_exactly_the_scaled_lower_bound() {
+    value_is_lower_bound_times_one_plus_alpha::<LogarithmicMapping>();
+    value_is_lower_bound_times_one_plus_alpha::<CubicMapping>();
+    value_is_lower_bound_times_one_plus_alpha::<LinearMapping>();
+}

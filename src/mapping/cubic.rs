@@ -7,8 +7,8 @@
 //! more buckets than the memory-optimal mapping, and no `ln` is called.
 
 use super::{
-    build_float, split_float, split_integer, split_mantissa, Interpolation, LogApproximation,
-    MANTISSA_UNIT,
+    build_float, build_float_scaled, split_float, split_integer, split_mantissa, Interpolation,
+    LogApproximation, MANTISSA_UNIT,
 };
 use core::f64::consts::LN_2;
 
@@ -56,22 +56,35 @@ impl LogApproximation for CubicLog {
 
     #[inline]
     fn exp(x: f64) -> f64 {
-        let (e, t) = split_integer(x);
-        // Solve P(s) = t for s in [0, 1). A degree-6 polynomial fitted to
-        // the inverse of P (Chebyshev nodes, max error 3.3e-6) starts within
-        // reach of one Halley step, which converges cubically: 0.9 · (3.3e-6)^3
-        // is far below the rounding of P itself, so one step lands within
-        // 4.5e-16 of the root (as close as two steps from a cruder start, and
-        // one division instead of two). P is increasing, P' >= 0.74.
-        let t2 = t * t;
-        let t4 = t2 * t2;
-        let [c0, c1, c2, c3, c4, c5, c6] = INVERSE;
-        let s = (c0 + c1 * t) + t2 * (c2 + c3 * t) + t4 * ((c4 + c5 * t) + c6 * t2);
-        let f = ((A * s + B) * s + C) * s - t;
-        let df = (3.0 * A * s + 2.0 * B) * s + C;
-        let ddf = 6.0 * A * s + 2.0 * B;
-        build_float(e, s - 2.0 * f * df / (2.0 * df * df - f * ddf))
+        let (e, s) = inverse(x);
+        build_float(e, s)
     }
+
+    #[inline]
+    fn exp_scaled(x: f64, factor: f64) -> f64 {
+        let (e, s) = inverse(x);
+        build_float_scaled(e, s, factor)
+    }
+}
+
+/// `x` as `(e, s)` with `e + P(s) = x`, `s` in `[0, 1]`.
+#[inline(always)]
+fn inverse(x: f64) -> (i32, f64) {
+    let (e, t) = split_integer(x);
+    // Solve P(s) = t for s in [0, 1). A degree-6 polynomial fitted to
+    // the inverse of P (Chebyshev nodes, max error 3.3e-6) starts within
+    // reach of one Halley step, which converges cubically: 0.9 · (3.3e-6)^3
+    // is far below the rounding of P itself, so one step lands within
+    // 4.5e-16 of the root (as close as two steps from a cruder start, and
+    // one division instead of two). P is increasing, P' >= 0.74.
+    let t2 = t * t;
+    let t4 = t2 * t2;
+    let [c0, c1, c2, c3, c4, c5, c6] = INVERSE;
+    let s = (c0 + c1 * t) + t2 * (c2 + c3 * t) + t4 * ((c4 + c5 * t) + c6 * t2);
+    let f = ((A * s + B) * s + C) * s - t;
+    let df = (3.0 * A * s + 2.0 * B) * s + C;
+    let ddf = 6.0 * A * s + 2.0 * B;
+    (e, s - 2.0 * f * df / (2.0 * df * df - f * ddf))
 }
 
 /// Power-basis coefficients, in `t`, of the starting approximation to the

@@ -4,7 +4,9 @@
 //! for the exact `log2`; so the multiplier grows by `1 / ln 2` (44 % more
 //! buckets) to keep consecutive bounds within γ.
 
-use super::{build_float, split_float, split_integer, Interpolation, LogApproximation};
+use super::{
+    build_float, build_float_scaled, split_float, split_integer, Interpolation, LogApproximation,
+};
 use core::f64::consts::LN_2;
 
 /// `log2` linearly interpolated between powers of two, for [`LinearMapping`](super::LinearMapping).
@@ -30,5 +32,11 @@ impl LogApproximation for LinearLog {
     fn exp(x: f64) -> f64 {
         let (e, s) = split_integer(x);
         build_float(e, s)
+    }
+
+    #[inline]
+    fn exp_scaled(x: f64, factor: f64) -> f64 {
+        let (e, s) = split_integer(x);
+        build_float_scaled(e, s, factor)
     }
 }

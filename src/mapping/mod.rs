@@ -170,6 +170,14 @@ pub trait LogApproximation: Copy + fmt::Debug + PartialEq {
     fn log(v: f64) -> f64;
     /// The exact inverse of [`log`](Self::log).
     fn exp(x: f64) -> f64;
+    /// `exp(x) · factor`, rounded exactly as that product: what a bucket's
+    /// representative value needs. An approximation that builds its result
+    /// from a power of two may fold `factor` into it, off the dependency
+    /// chain (scaling by a power of two is exact).
+    #[inline(always)]
+    fn exp_scaled(x: f64, factor: f64) -> f64 {
+        Self::exp(x) * factor
+    }
 }
 
 /// A mapping built from a [`LogApproximation`]: see the module docs.
@@ -256,6 +264,12 @@ impl<L: LogApproximation> LogLikeMapping<L> {
         })
     }
 
+    /// The approximated logarithm of `lower_bound(index)`.
+    #[inline(always)]
+    fn exponent(&self, index: i32) -> f64 {
+        (f64::from(index) - self.index_offset) * self.inverse_multiplier
+    }
+
     /// Keys per unit of the approximated logarithm.
     pub fn multiplier(&self) -> f64 {
         self.multiplier
@@ -297,7 +311,14 @@ impl<L: LogApproximation> IndexMapping for LogLikeMapping<L> {
 
     #[inline]
     fn lower_bound(&self, index: i32) -> f64 {
-        L::exp((f64::from(index) - self.index_offset) * self.inverse_multiplier)
+        L::exp(self.exponent(index))
+    }
+
+    /// `lower_bound(index) · (1 + α)`, bit for bit, with the factor folded
+    /// into the power of two.
+    #[inline]
+    fn value(&self, index: i32) -> f64 {
+        L::exp_scaled(self.exponent(index), 1.0 + self.relative_accuracy)
     }
 
     fn relative_accuracy(&self) -> f64 {
@@ -386,14 +407,22 @@ fn split_mantissa(v: f64) -> (f64, f64) {
 /// or infinity).
 #[inline]
 fn build_float(exponent: i32, s: f64) -> f64 {
+    build_float_scaled(exponent, s, 1.0)
+}
+
+/// `build_float(exponent, s) · factor` (`factor` in `[1, 2)`), rounded as
+/// that product. For a normal power of two, `2^exponent · factor` is exact,
+/// so it is formed beside the computation of `s` and costs no latency.
+#[inline]
+fn build_float_scaled(exponent: i32, s: f64, factor: f64) -> f64 {
     if (-1022..=1023).contains(&exponent) {
         // A normal power of two, built from its bits: exact, and far cheaper
         // than `scalbn`. The biased exponent is in 1..=2046.
         let biased = exponent.wrapping_add(1023) as u64;
-        (1.0 + s) * f64::from_bits(biased << 52)
+        (1.0 + s) * (f64::from_bits(biased << 52) * factor)
     } else {
         // Subnormal or overflowing results: let scalbn round them.
-        libm::scalbn(1.0 + s, exponent)
+        libm::scalbn(1.0 + s, exponent) * factor
     }
 }
 
