@@ -6,7 +6,7 @@
 //! for `no_std` targets and servers alike:
 //!
 //! * [`DDSketch`]: a quantile sketch with a relative-error guarantee α, in
-//!   fixed memory (4 KiB by default), about ten nanoseconds per
+//!   fixed memory (4 KiB by default), a few nanoseconds per
 //!   [`add`](DDSketch::add);
 //! * [`window::LatencyWindow`]: two sketches rotated by caller timestamps,
 //!   queried as one, with an O(1) cached quantile;
@@ -47,7 +47,9 @@
 //! α = 1 % the default 1024 buckets span 1 µs to about 10 minutes (in ns).
 //! Past that range the lowest buckets collapse: [`DDSketch::collapse`] says
 //! so and from which value up the guarantee still holds; quantiles below it
-//! are over-estimated, never under-estimated.
+//! are over-estimated, never under-estimated. What a sketch holds depends
+//! only on the samples it was given, not their order, so merging sketches
+//! gives exactly the sketch of the combined stream, collapse included.
 //!
 //! # Limitations
 //! * Bucket counters are `u32`: a bucket that receives more than 4·10⁹
