@@ -81,7 +81,9 @@ fn inverse(x: f64) -> (i32, f64) {
     let t4 = t2 * t2;
     let [c0, c1, c2, c3, c4, c5, c6] = INVERSE;
     let s = (c0 + c1 * t) + t2 * (c2 + c3 * t) + t4 * ((c4 + c5 * t) + c6 * t2);
-    let f = ((A * s + B) * s + C) * s - t;
+    // The residual in Estrin's form: `(A s + B) s²` beside `C s − t`, two
+    // steps shorter than Horner's on the quantile's critical path.
+    let f = (A * s + B) * (s * s) + (C * s - t);
     let df = (3.0 * A * s + 2.0 * B) * s + C;
     let ddf = 6.0 * A * s + 2.0 * B;
     (e, s - 2.0 * f * df / (2.0 * df * df - f * ddf))
