@@ -135,9 +135,14 @@ impl<const N: usize, S: CollapseSide> CollapsingStore<N, S> {
     /// The occupied range's slots in key order: one run, or two when it
     /// wraps around the end of the array.
     fn runs(&self) -> [Range<usize>; 2] {
-        let start = Self::slot(self.low);
+        Self::runs_of(self.low, self.span)
+    }
+
+    /// The slots of the keys `low .. low + span` (`span <= N`) in key order.
+    fn runs_of(low: i32, span: u32) -> [Range<usize>; 2] {
+        let start = Self::slot(low);
         // `start < N` and `span <= N`: the sums stay below `2 N`.
-        let end = start.wrapping_add(self.span as usize);
+        let end = start.wrapping_add(span as usize);
         if end <= N {
             [start..end, 0..0]
         } else {
@@ -380,19 +385,16 @@ impl<const N: usize, S: CollapseSide> CollapsingStore<N, S> {
             return super::walk_keys(self, other, rank, union.0, union.1);
         }
         let both = Pair(&self.counts, &other.counts);
-        let ring = Self {
-            low: union.0,
-            span: width.saturating_add(1) as u32,
-            ..Self::new()
-        };
-        let runs = ring.runs();
+        // `width < N`, so the span fits `u32`.
+        let runs = Self::runs_of(union.0, width.saturating_add(1) as u32);
         let narrow = total <= u64::from(u32::MAX);
         let at = if rank < total / 2 {
             walk_up(&both, &runs, rank, narrow)
         } else {
             walk_down(&both, &runs, total.wrapping_sub(rank), narrow)
         }?;
-        Some(ring.key_at(at))
+        // `at` is below the union's span, inside `i32`.
+        Some(union.0.wrapping_add(at as i32))
     }
 
     fn count_at_or_below_impl(&self, key: i32) -> u64 {
