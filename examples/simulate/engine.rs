@@ -296,7 +296,7 @@ pub trait Client {
         Signal::Answer
     }
     /// The hedge delay a request would get now, if any.
-    fn delay_ns(&self) -> Option<u64>;
+    fn delay_ns(&self, now: u64) -> Option<u64>;
 }
 
 /// Our [`Hedger`], driven through its public API only.
@@ -323,9 +323,8 @@ impl<B: HedgeBudget> Client for Ours<B> {
     type Req = Request<()>;
 
     fn start(&mut self, now: u64) -> Request<()> {
-        // The plan is also visible through `next_timer`.
-        let (req, _plan) = self.hedger.start((), now, Idempotency::Idempotent);
-        req
+        // The timer to arm is `next_timer`; the plan only informs.
+        self.hedger.start((), now, Idempotency::Idempotent)
     }
 
     fn next_timer(&self, req: &Request<()>) -> Option<u64> {
@@ -352,8 +351,8 @@ impl<B: HedgeBudget> Client for Ours<B> {
         self.signal
     }
 
-    fn delay_ns(&self) -> Option<u64> {
-        self.hedger.delay_ns(&())
+    fn delay_ns(&self, now: u64) -> Option<u64> {
+        self.hedger.delay_ns(&(), now)
     }
 }
 
@@ -450,7 +449,7 @@ impl Client for GoReference {
     fn start(&mut self, now: u64) -> SimpleReq {
         self.started += 1;
         self.window.advance(now);
-        SimpleReq::new(now, self.delay_ns())
+        SimpleReq::new(now, self.delay_ns(now))
     }
 
     fn next_timer(&self, req: &SimpleReq) -> Option<u64> {
@@ -468,7 +467,7 @@ impl Client for GoReference {
         Some(losers)
     }
 
-    fn delay_ns(&self) -> Option<u64> {
+    fn delay_ns(&self, _now: u64) -> Option<u64> {
         if self.started <= Self::WARMUP_REQUESTS {
             return Some(Self::WARMUP_DELAY_NS);
         }
@@ -512,7 +511,7 @@ impl Client for HeaderCalibrated {
     fn start(&mut self, now: u64) -> SimpleReq {
         self.window.advance(now);
         self.budget.on_request(now);
-        SimpleReq::new(now, self.delay_ns())
+        SimpleReq::new(now, self.delay_ns(now))
     }
 
     fn next_timer(&self, req: &SimpleReq) -> Option<u64> {
@@ -533,7 +532,7 @@ impl Client for HeaderCalibrated {
         req.win(attempt)
     }
 
-    fn delay_ns(&self) -> Option<u64> {
+    fn delay_ns(&self, _now: u64) -> Option<u64> {
         if self.window.count() < self.min_samples {
             return None;
         }
@@ -750,7 +749,7 @@ impl<C: Client> Engine<'_, C> {
 
     fn start_sub(&mut self, worker: usize, now: u64) {
         let req = self.client.start(now);
-        let delay = self.client.delay_ns();
+        let delay = self.client.delay_ns(now);
         self.out.requests += 1;
         let second = self.second(now);
         second.requests += 1;

@@ -160,6 +160,11 @@ pub trait HedgeBudget: Send + Sync {
 
     /// Grants, denials and the current balance, read without locks.
     fn stats(&self) -> BudgetStats;
+
+    /// TEMPORARY STUB (replaced by the budget branch).
+    fn drained(&self, now_ns: u64) -> Self
+    where
+        Self: Sized;
 }
 
 impl<T: HedgeBudget + ?Sized> HedgeBudget for &T {
@@ -176,6 +181,10 @@ impl<T: HedgeBudget + ?Sized> HedgeBudget for &T {
     #[inline]
     fn stats(&self) -> BudgetStats {
         (**self).stats()
+    }
+
+    fn drained(&self, _now_ns: u64) -> Self {
+        self
     }
 }
 
@@ -293,6 +302,15 @@ impl HedgeBudget for Budget {
             Self::Ratio(b) => b.try_acquire(now_ns),
             Self::Unlimited => true,
             Self::Never => false,
+        }
+    }
+
+    fn drained(&self, now_ns: u64) -> Self {
+        match self {
+            Self::Ratio(b) => Self::Ratio(b.drained(now_ns)),
+            Self::TokenBucket(b) => Self::TokenBucket(b.drained(now_ns)),
+            Self::Unlimited => Self::Unlimited,
+            Self::Never => Self::Never,
         }
     }
 

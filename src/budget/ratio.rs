@@ -187,6 +187,10 @@ impl HedgeBudget for RatioBudget {
         false
     }
 
+    fn drained(&self, _now_ns: u64) -> Self {
+        Self::new_unchecked(self.share_bps(), (self.cap / UNITS_PER_TOKEN) as u32)
+    }
+
     fn stats(&self) -> BudgetStats {
         self.counters.stats(self.balance())
     }

@@ -196,6 +196,10 @@ impl HedgeBudget for TokenBucket {
         }
     }
 
+    fn drained(&self, _now_ns: u64) -> Self {
+        Self::with_interval(self.interval_ns, self.burst).unwrap_or_else(|_| unreachable!())
+    }
+
     fn stats(&self) -> BudgetStats {
         let seen = self.seen.load(Ordering::Relaxed);
         self.counters.stats(self.balance_at(seen))

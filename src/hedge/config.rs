@@ -2,25 +2,13 @@
 
 use core::fmt;
 
+use crate::window::Rotation;
+
 const MS: u64 = 1_000_000;
 const SEC: u64 = 1_000_000_000;
 
 /// The most extra attempts a request may send (8 attempts in all).
 pub const MAX_HEDGES: u8 = 7;
-
-/// What to do when an attempt reports failure (not slowness: an error).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
-#[cfg_attr(feature = "defmt", derive(defmt::Format))]
-pub enum FailurePolicy {
-    /// Keep waiting for the other attempts in flight; give up only when
-    /// none is left. The default: a hedge that is already racing may still
-    /// answer.
-    #[default]
-    WaitForOthers,
-    /// Give up the whole request at the first failure and cancel the rest
-    /// (for errors that every replica would return alike).
-    GiveUpOnFirst,
-}
 
 /// How a [`Hedger`](super::Hedger) decides; every field has a documented
 /// default ([`HedgeConfig::DEFAULT`]).
@@ -50,8 +38,20 @@ pub struct HedgeConfig {
     /// Samples the window must hold before the estimate is trusted; until
     /// then the request is in cold start. Default 20.
     pub min_samples: u64,
-    /// Rotation period of the latency window. Default 30 s.
+    /// Rotation period of the latency windows: a window rotates once this
+    /// has passed and its current half holds `min_samples`, and forgets
+    /// everything after two periods without a sample. Default 30 s.
     pub rotation_period_ns: u64,
+    /// A window also rotates as soon as its current half holds this many
+    /// samples, so that at high rates the delay follows a change within
+    /// seconds. Default `None`: [`Rotation::samples_for_quantile`] of
+    /// `quantile` (1 000 at p90, 10 000 at p99).
+    pub rotation_samples: Option<u64>,
+    /// The longest latency that can be real: an elapsed time above it (a
+    /// timestamp from another clock, a jump of the clock) is refused and
+    /// counted in [`HedgeStats::samples_refused`](super::HedgeStats::samples_refused),
+    /// never recorded. Default 10 minutes, the span of the default sketch.
+    pub max_sample_ns: u64,
     /// Relative accuracy of the latency sketches. Default 0.01.
     pub relative_accuracy: f64,
     /// Extra attempts per request, each one delay after the previous, each
@@ -64,18 +64,19 @@ pub struct HedgeConfig {
     /// At most this many hedges in flight at once, across requests.
     /// Default `None` (only the budget limits them).
     pub max_hedges_in_flight: Option<u32>,
+    /// How long a hedge counts as in flight if its request is dropped
+    /// without a final event: it stops counting between ¾ of this and this
+    /// long after it was sent. Default 10 s.
+    pub in_flight_lease_ns: u64,
     /// Give the whole request up this long after its start (the caller's
     /// hard timeout). Default `None`.
     pub deadline_ns: Option<u64>,
-    /// What a failed attempt does to the request. Default
-    /// [`FailurePolicy::WaitForOthers`].
-    pub failure_policy: FailurePolicy,
 }
 
 impl HedgeConfig {
     /// The documented defaults: p90, × 1.0, ≥ 1 ms, no cap, 20 samples,
-    /// 30 s rotation, α = 1 %, one hedge, no prior, no in-flight cap, no
-    /// deadline, wait for others on failure.
+    /// 30 s rotation or 1 000 samples, α = 1 %, samples up to 10 min, one
+    /// hedge, no prior, no in-flight cap (10 s lease), no deadline.
     pub const DEFAULT: Self = Self {
         quantile: 0.90,
         delay_multiplier_permille: 1_000,
@@ -83,12 +84,14 @@ impl HedgeConfig {
         max_delay_ns: u64::MAX,
         min_samples: 20,
         rotation_period_ns: 30 * SEC,
+        rotation_samples: None,
+        max_sample_ns: 600 * SEC,
         relative_accuracy: 0.01,
         max_hedges: 1,
         prior_delay_ns: None,
         max_hedges_in_flight: None,
+        in_flight_lease_ns: 10 * SEC,
         deadline_ns: None,
-        failure_policy: FailurePolicy::WaitForOthers,
     };
 
     /// Sets [`quantile`](Self::quantile).
@@ -127,6 +130,24 @@ impl HedgeConfig {
         self
     }
 
+    /// Sets [`rotation_samples`](Self::rotation_samples).
+    pub const fn rotation_samples(mut self, n: u64) -> Self {
+        self.rotation_samples = Some(n);
+        self
+    }
+
+    /// Sets [`max_sample_ns`](Self::max_sample_ns).
+    pub const fn max_sample_ns(mut self, ns: u64) -> Self {
+        self.max_sample_ns = ns;
+        self
+    }
+
+    /// Sets [`in_flight_lease_ns`](Self::in_flight_lease_ns).
+    pub const fn in_flight_lease_ns(mut self, ns: u64) -> Self {
+        self.in_flight_lease_ns = ns;
+        self
+    }
+
     /// Sets [`relative_accuracy`](Self::relative_accuracy).
     pub const fn relative_accuracy(mut self, alpha: f64) -> Self {
         self.relative_accuracy = alpha;
@@ -157,12 +178,6 @@ impl HedgeConfig {
         self
     }
 
-    /// Sets [`failure_policy`](Self::failure_policy).
-    pub const fn failure_policy(mut self, policy: FailurePolicy) -> Self {
-        self.failure_policy = policy;
-        self
-    }
-
     /// Checks every field; [`Hedger::new`](super::Hedger::new) calls this.
     ///
     /// # Errors
@@ -186,6 +201,15 @@ impl HedgeConfig {
         if self.rotation_period_ns == 0 {
             return Err(ConfigError::ZeroPeriod);
         }
+        if self.rotation_samples == Some(0) {
+            return Err(ConfigError::ZeroRotationSamples);
+        }
+        if self.max_sample_ns == 0 {
+            return Err(ConfigError::ZeroMaxSample);
+        }
+        if self.in_flight_lease_ns == 0 {
+            return Err(ConfigError::ZeroLease);
+        }
         if !(self.relative_accuracy > 0.0 && self.relative_accuracy < 1.0) {
             return Err(ConfigError::RelativeAccuracy(self.relative_accuracy));
         }
@@ -203,6 +227,17 @@ impl HedgeConfig {
 }
 
 impl HedgeConfig {
+    /// How windows rotate under this configuration.
+    pub fn rotation(&self) -> Rotation {
+        Rotation {
+            period_ns: self.rotation_period_ns,
+            min_samples: self.min_samples,
+            max_samples: self
+                .rotation_samples
+                .unwrap_or_else(|| Rotation::samples_for_quantile(self.quantile)),
+        }
+    }
+
     /// `delay` within `[min_delay, max_delay]` (not `clamp`, which asserts
     /// its bounds are ordered: validated, but not provably so).
     pub(crate) fn bound(&self, delay: u64) -> u64 {
@@ -247,6 +282,12 @@ pub enum ConfigError {
     ZeroMinSamples,
     /// The rotation period is 0.
     ZeroPeriod,
+    /// `rotation_samples` is 0, which would rotate on every sample.
+    ZeroRotationSamples,
+    /// `max_sample_ns` is 0, which would refuse every sample.
+    ZeroMaxSample,
+    /// `in_flight_lease_ns` is 0, which would forget hedges at once.
+    ZeroLease,
     /// The relative accuracy is not strictly between 0 and 1.
     RelativeAccuracy(f64),
     /// More extra attempts than [`MAX_HEDGES`].
@@ -268,6 +309,9 @@ impl fmt::Display for ConfigError {
             ),
             Self::ZeroMinSamples => f.write_str("min_samples is 0; trust the window only after e.g. 20 samples"),
             Self::ZeroPeriod => f.write_str("rotation period is 0; use e.g. 30 s"),
+            Self::ZeroRotationSamples => f.write_str("rotation_samples is 0; leave it unset for the quantile's default"),
+            Self::ZeroMaxSample => f.write_str("max_sample_ns is 0; use the longest latency that can be real, e.g. 10 min"),
+            Self::ZeroLease => f.write_str("in_flight_lease_ns is 0; use at least the longest attempt, e.g. 10 s"),
             Self::RelativeAccuracy(a) => write!(f, "relative accuracy {a} is not in (0, 1); use 0.01"),
             Self::TooManyHedges(n) => write!(f, "{n} hedges per request exceeds the maximum of {MAX_HEDGES}"),
             Self::ZeroInFlight => f.write_str(

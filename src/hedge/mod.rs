@@ -2,58 +2,101 @@
 //! to cancel.
 //!
 //! A [`Hedger`] holds, per target, a rotating [`LatencyWindow`] with a cached
-//! hedge delay, a [`HedgeBudget`], and [`HedgeStats`]. It owns no clock, no
-//! timer and no I/O: the caller feeds it timestamps (monotonic nanoseconds,
-//! any epoch) and events, and acts on what it returns.
+//! hedge delay, an aggregate window over every target, a [`HedgeBudget`],
+//! and [`HedgeStats`]. It owns no clock, no timer and no I/O: the caller
+//! feeds it timestamps (monotonic nanoseconds, any epoch) and events, and
+//! acts on what it returns.
 //!
 //! ```
-//! use tailguard::hedge::{Attempt, CommitOutcome, Hedger, HedgeConfig, Idempotency, Plan, TimerAction};
+//! use tailguard::hedge::{Attempt, CommitOutcome, DelaySource, Hedger, HedgeConfig, Idempotency, Plan, TimerAction};
 //!
 //! let mut hedger = Hedger::new(HedgeConfig::DEFAULT.prior_delay_ns(10_000_000))?;
-//! // The default budget is 10 % of traffic: ten quick requests earn a hedge.
+//! // The default budget is 15 % of traffic: seven quick requests earn a hedge.
 //! for i in 0..10 {
-//!     let (mut req, _plan) = hedger.start((), i, Idempotency::Idempotent);
+//!     let mut req = hedger.start((), i, Idempotency::Idempotent);
 //!     hedger.on_commit(&mut req, Attempt::PRIMARY, i + 500_000); // 0.5 ms
 //! }
 //! let t0 = 1_000_000_000;
-//! // A request starts: send the primary, arm a timer if the plan says so.
-//! let (mut req, plan) = hedger.start((), t0, Idempotency::Idempotent);
-//! // Still cold (11 samples < 20): the configured prior delay applies.
-//! assert!(matches!(plan, Plan::HedgeAt { delay_ns: 10_000_000, from_prior: true, .. }));
+//! // A request starts: send the primary, arm a timer at `next_timer()`.
+//! let mut req = hedger.start((), t0, Idempotency::Idempotent);
+//! // Still cold (10 samples < 20): the configured prior delay applies.
+//! assert_eq!(req.plan(), Plan::Hedge { delay_ns: 10_000_000, source: DelaySource::Prior });
+//! assert_eq!(req.next_timer(), Some(t0 + 10_000_000));
 //! // The timer fires before any answer: send the hedge the machine names.
 //! let action = hedger.on_timer(&mut req, t0 + 10_000_000);
-//! assert!(matches!(action, TimerAction::SendHedge(a) if !a.is_primary()));
+//! let TimerAction::SendHedge(hedge) = action else { unreachable!("{action:?}") };
 //! // The hedge answers first (its commit signal: headers, or first token).
-//! let hedge = req.sent_attempts().last().unwrap();
 //! match hedger.on_commit(&mut req, hedge, t0 + 12_000_000) {
 //!     CommitOutcome::Won { winner, cancel } => {
 //!         assert_eq!(winner, hedge);
-//!         assert_eq!(cancel.len(), 1); // cancel the primary
+//!         assert!(cancel.contains(Attempt::PRIMARY)); // cancel the primary
 //!     }
 //!     other => unreachable!("{other:?}"),
 //! }
-//! assert_eq!(hedger.stats().hedge_wins, 1);
+//! // Recorded: the hedge's 2 ms exactly, the primary's 12 ms as censored
+//! // ("at least 12 ms").
+//! let stats = hedger.stats();
+//! assert_eq!((stats.hedge_wins, stats.samples, stats.censored_samples), (1, 11, 1));
 //! # Ok::<(), tailguard::hedge::ConfigError>(())
 //! ```
 //!
 //! # What is recorded
-//! Each attempt's own latency, from its own send to its commit signal. The
-//! winner's is a full sample; a loser cancelled at elapsed `t` is recorded
-//! as `t`, a censored sample (its true latency is `≥ t`). Hedges fire only
-//! after the delay quantile, so a censored value never lands below the
-//! quantile it would distort. Recording only winners, timed from the
-//! primary's start, teaches the window the *hedged* distribution and drags
-//! the delay down request after request; `tests/hedge_drift.rs` shows
-//! both.
+//! The estimate must describe *one attempt's* latency, unbiased, whatever
+//! hedging does to it. Every attempt is a draw of that latency, timed from
+//! its own send to its commit signal:
+//! * the winner's elapsed time is an exact sample;
+//! * every loser cancelled at elapsed `t`, and every attempt still in flight
+//!   when the request is given up, is a *censored* sample: its latency is
+//!   at least `t`;
+//! * a failed attempt records nothing.
+//!
+//! The windows estimate the quantile with Kaplan–Meier's product-limit
+//! estimator over both kinds ([`crate::window`]). An attempt is cancelled
+//! when *another* one answers, independently of its own latency, which is
+//! what makes the estimate unbiased: a hedge cancelled 1 ms after its send
+//! does not pull the delay down, and a primary cancelled at
+//! "delay + hedge latency" does not cut its tail short. Recording only
+//! winners, or losers as if they had answered, teaches the window the
+//! *hedged* distribution and drags the delay down request after request.
 //!
 //! The caller chooses the commit signal and must use the same one to race
 //! and to record: response headers for plain RPC, first body byte or first
 //! token for streaming (LLM time to first token).
 //!
+//! # Time
+//! Timestamps that go backwards, repeat or jump never panic and never
+//! freeze anything. An event earlier than its attempt's send is counted in
+//! [`HedgeStats::clock_anomalies`] and records nothing; an elapsed time
+//! above [`HedgeConfig::max_sample_ns`] cannot be real and is counted in
+//! [`HedgeStats::samples_refused`]. Starting a request reads the windows
+//! without changing them, so a single bad timestamp changes no estimate. A
+//! window whose clock steps back restarts its period there (see
+//! [`crate::window`]); the table's eviction uses no timestamp.
+//!
+//! # Targets
+//! Each target (host, replica, endpoint: the caller's key `K`) has its own
+//! window in a table of `T` slots; when the table is full, a new target
+//! takes the slot of the least frequently used one. Every sample is also
+//! recorded in one aggregate window (when `T > 1`), and a target whose own
+//! window is cold, or was evicted, gets the aggregate's delay
+//! ([`DelaySource::Aggregate`]) rather than none. A hedge sent to another
+//! replica can say so ([`Request::route`]), so its latency is recorded
+//! under the replica that served it.
+//!
 //! # Idempotency
 //! The machine cannot know whether a request is safe to send twice.
 //! [`Hedger::start`] takes an [`Idempotency`] every time, and
-//! [`Idempotency::NotIdempotent`] requests are measured but never hedged.
+//! [`Idempotency::NotIdempotent`] requests are measured but never hedged
+//! nor retried.
+//!
+//! # Cancellation and dropped requests
+//! A [`Request`] is a value the caller owns; it cannot be copied. Dropping
+//! it without a final event (a `select!` that lost, a timeout, an aborted
+//! task) is safe: its hedges stop counting against
+//! [`HedgeConfig::max_hedges_in_flight`] within
+//! [`HedgeConfig::in_flight_lease_ns`] on their own, and nothing else was
+//! held. Call [`Hedger::abandon`] when you can: it releases them at once
+//! and records the attempts' elapsed times as censored samples.
 //!
 //! # Concurrency
 //! A `Hedger` is a plain value: events take `&mut self` (they record
@@ -69,31 +112,37 @@
 //!
 //! # State machine
 //! Per request (see [`Request`]): `Racing` until the first commit
-//! (`Won(attempt)`) or until the deadline passes, every attempt fails, or
-//! the caller abandons it (`GaveUp`).
+//! (`Won(attempt)`) or until the deadline passes, a fatal failure, every
+//! attempt failed, or the caller abandons it (`GaveUp`). The caller arms
+//! its timer at [`Request::next_timer`] after every event.
 //! * `start` → `Racing` with the primary sent; the next hedge is due at
-//!   `start + delay` unless the plan is [`Plan::NoHedge`].
+//!   `start + delay` if [`Request::plan`] is [`Plan::Hedge`].
 //! * `on_timer` while `Racing`: past the deadline → `GaveUp` (cancel all);
 //!   before the hedge is due (early wake-up, clock went backwards) → wait;
-//!   otherwise in-flight cap, attempts and budget are checked, in that
+//!   otherwise attempts, in-flight cap and budget are checked, in that
 //!   order, and the next hedge is sent and the one after scheduled one
-//!   delay later. A budget denial ends hedging for that request.
+//!   delay later. A budget denial ends hedging on the timer for that
+//!   request.
 //! * `on_commit` while `Racing` → `Won`, samples recorded, the rest
 //!   cancelled; after `Won`/`GaveUp` → [`CommitOutcome::Late`]; for an
 //!   attempt never sent or already failed → [`CommitOutcome::Unknown`].
-//! * `on_failure` while `Racing`: marks the attempt failed; gives up if the
-//!   policy says so or nothing is left in flight; otherwise continues.
+//! * `on_failure` while `Racing`: [`Failure::Fatal`] → `GaveUp`;
+//!   [`Failure::Retryable`] → the next attempt is released now
+//!   ([`FailureOutcome::SendNow`]) if attempts, in-flight cap and budget
+//!   allow; otherwise the request waits for the attempts still in flight,
+//!   or gives up if none is.
 //! * Every event on a finished request changes nothing.
 
 mod config;
+mod in_flight;
 mod request;
 mod stats;
 mod table;
 
-pub use config::{ConfigError, FailurePolicy, HedgeConfig, MAX_HEDGES};
+pub use config::{ConfigError, HedgeConfig, MAX_HEDGES};
 pub use request::{
-    Attempt, AttemptSet, CommitOutcome, FailureOutcome, Idempotency, NoHedge, Plan, Request,
-    TimerAction,
+    Attempt, AttemptSet, CommitOutcome, DelaySource, Failure, FailureOutcome, Idempotency, NoHedge,
+    Plan, Request, TimerAction,
 };
 pub use stats::HedgeStats;
 
@@ -101,6 +150,7 @@ use crate::budget::{Budget, HedgeBudget};
 use crate::store::{CollapsingLowestStore, Store};
 use crate::window::LatencyWindow;
 use crate::CubicMapping;
+use in_flight::InFlight;
 use request::Phase;
 use stats::bump;
 use table::{Table, Target};
@@ -110,31 +160,34 @@ use table::{Table, Target};
 enum BudgetScope<B> {
     /// One budget for every target.
     Shared(B),
-    /// Each target gets its own, made by this function when it is first seen.
-    PerTarget(fn() -> B),
+    /// Each target gets a drained copy of this one when it enters the table.
+    PerTarget(B),
 }
 
 /// The hedge state machine for up to `T` targets keyed by `K`; see the
 /// module docs.
 ///
 /// * `K`: the caller's target id (host, endpoint index, `()` for one).
-/// * `B`: the budget, [`Budget`] (a 10 % traffic ratio) by default.
+/// * `B`: the budget, [`Budget`] (a 15 % traffic ratio) by default.
 /// * `T`: how many targets keep their own latency state (default 1).
 /// * `S`: the sketch store; [`CollapsingLowestStore<1024>`] (4 KiB, 1 µs to
-///   10 min at α = 1 %) by default. Each target holds two sketches, so a
-///   default target takes about 8.3 KiB, inline in the `Hedger`.
+///   10 min at α = 1 %) by default. A window holds four sketches (exact and
+///   censored, two halves), about 16.5 KiB by default; the hedger holds
+///   one per target plus the aggregate window, inline.
 #[derive(Debug)]
 pub struct Hedger<K = (), B = Budget, const T: usize = 1, S: Store = CollapsingLowestStore<1024>> {
     config: HedgeConfig,
     mapping: CubicMapping,
     budget: BudgetScope<B>,
     table: Table<K, S, B, T>,
-    hedges_in_flight: u32,
+    /// Every sample of every target (unused when `T == 1`).
+    aggregate: LatencyWindow<CubicMapping, S>,
+    in_flight: InFlight,
     stats: HedgeStats,
 }
 
 impl Hedger {
-    /// A single-target hedger with the default 10 % ratio budget.
+    /// A single-target hedger with the default ratio budget.
     ///
     /// # Errors
     /// The first problem [`HedgeConfig::validate`] finds.
@@ -154,17 +207,15 @@ impl<K: PartialEq + Copy, B: HedgeBudget, const T: usize, S: Store> Hedger<K, B,
         Self::build(config, BudgetScope::Shared(budget))
     }
 
-    /// A hedger in which each target gets its own budget, made by
-    /// `make_budget` when the target is first seen (and again if it is
-    /// evicted and comes back).
+    /// A hedger in which each target has a budget of its own, configured
+    /// like `prototype`. A target entering the table (for the first time,
+    /// or again after an eviction) gets [`HedgeBudget::drained`]: it must
+    /// earn its tokens, so churn through the table cannot refill budgets.
     ///
     /// # Errors
     /// The first problem [`HedgeConfig::validate`] finds.
-    pub fn with_budget_per_target(
-        config: HedgeConfig,
-        make_budget: fn() -> B,
-    ) -> Result<Self, ConfigError> {
-        Self::build(config, BudgetScope::PerTarget(make_budget))
+    pub fn with_budget_per_target(config: HedgeConfig, prototype: B) -> Result<Self, ConfigError> {
+        Self::build(config, BudgetScope::PerTarget(prototype))
     }
 
     fn build(config: HedgeConfig, budget: BudgetScope<B>) -> Result<Self, ConfigError> {
@@ -172,90 +223,119 @@ impl<K: PartialEq + Copy, B: HedgeBudget, const T: usize, S: Store> Hedger<K, B,
         config.validate()?;
         let mapping = CubicMapping::new(config.relative_accuracy)
             .map_err(|_| ConfigError::RelativeAccuracy(config.relative_accuracy))?;
+        let aggregate = LatencyWindow::with_rotation(mapping, config.rotation(), config.quantile)
+            .map_err(|_| ConfigError::Quantile(config.quantile))?;
         Ok(Self {
             config,
             mapping,
             budget,
             table: Table::new(),
-            hedges_in_flight: 0,
+            aggregate,
+            in_flight: InFlight::new(config.in_flight_lease_ns),
             stats: HedgeStats::default(),
         })
     }
 
     /// Starts a request to `target` at `now`: the caller sends the primary
-    /// and, if the plan is [`Plan::HedgeAt`], arms a timer.
-    pub fn start(&mut self, target: K, now: u64, idempotency: Idempotency) -> (Request<K>, Plan) {
+    /// and arms a timer at [`Request::next_timer`] if it is `Some`.
+    /// [`Request::plan`] says what was decided and why.
+    pub fn start(&mut self, target: K, now: u64, idempotency: Idempotency) -> Request<K> {
         bump(&mut self.stats.requests);
         let mut request = Request::new(target, now);
         request.give_up_at = self.config.deadline_ns.map(|d| now.saturating_add(d));
-        let index = self.target_index(target, now);
-        let Some(entry) = self.table.get_mut(index) else {
-            // Unreachable with T > 0; answer conservatively all the same.
-            return (request, Plan::NoHedge(NoHedge::ColdStart));
-        };
-        entry.last_used = entry.last_used.max(now);
-        entry.window.advance(now);
-        match (&self.budget, &entry.budget) {
+        let index = self.entry(target, now);
+        if let Some(entry) = self.table.get_mut(index) {
+            entry.touch(now);
+        }
+        match (
+            &self.budget,
+            self.table.get(index).and_then(|t| t.budget.as_ref()),
+        ) {
             (BudgetScope::Shared(b), _) | (_, Some(b)) => b.on_request(now),
             (BudgetScope::PerTarget(_), None) => {}
         }
-        let estimate = estimate(&self.config, &entry.window);
-        if estimate.is_none() {
-            bump(&mut self.stats.cold_starts);
+        let delay = self.delay_at(Some(index), now);
+        match delay {
+            Some((_, DelaySource::Target)) => {}
+            Some((_, DelaySource::Aggregate)) => bump(&mut self.stats.aggregate_delays),
+            Some((_, DelaySource::Prior)) | None => bump(&mut self.stats.cold_starts),
         }
-        let plan = if idempotency == Idempotency::NotIdempotent {
+        request.plan = if idempotency == Idempotency::NotIdempotent {
             bump(&mut self.stats.not_idempotent);
             Plan::NoHedge(NoHedge::NotIdempotent)
         } else if self.config.max_hedges == 0 {
             Plan::NoHedge(NoHedge::Disabled)
         } else {
-            let delay = match (estimate, self.config.prior_delay_ns) {
-                (Some(d), _) => Some((d, false)),
-                (None, Some(prior)) => Some((self.config.bound(prior), true)),
-                (None, None) => None,
-            };
+            request.hedgeable = true;
             match delay {
-                Some((d, from_prior)) => {
-                    let at = now.saturating_add(d);
-                    request.delay_ns = d;
-                    request.next_hedge_at = Some(at);
-                    self.stats.current_delay_ns = Some(d);
-                    Plan::HedgeAt {
-                        at,
-                        delay_ns: d,
-                        from_prior,
-                    }
+                Some((delay_ns, source)) => {
+                    request.delay_ns = Some(delay_ns);
+                    request.next_hedge_at = Some(now.saturating_add(delay_ns));
+                    self.stats.current_delay_ns = Some(delay_ns);
+                    Plan::Hedge { delay_ns, source }
                 }
                 None => Plan::NoHedge(NoHedge::ColdStart),
             }
         };
-        (request, plan)
+        request
     }
 
-    /// The table index for `target`, inserting it (and evicting) if new.
-    fn target_index(&mut self, target: K, now: u64) -> usize {
+    /// What [`start`](Self::start) would decide for an idempotent request to
+    /// `target` at `now`, without starting one. Changes nothing.
+    pub fn plan(&self, target: &K, now: u64) -> Plan {
+        if self.config.max_hedges == 0 {
+            return Plan::NoHedge(NoHedge::Disabled);
+        }
+        match self.delay_at(self.table.find(target), now) {
+            Some((delay_ns, source)) => Plan::Hedge { delay_ns, source },
+            None => Plan::NoHedge(NoHedge::ColdStart),
+        }
+    }
+
+    /// The hedge delay a request to `target` would get at `now` (from its
+    /// window, the aggregate window or the prior), `None` in cold start.
+    /// O(1); changes nothing.
+    pub fn delay_ns(&self, target: &K, now: u64) -> Option<u64> {
+        self.delay_at(self.table.find(target), now).map(|(d, _)| d)
+    }
+
+    /// The delay for the entry at `index` at `now`: its own window if warm,
+    /// else the aggregate if warm, else the prior.
+    fn delay_at(&self, index: Option<usize>, now: u64) -> Option<(u64, DelaySource)> {
+        let own = index
+            .and_then(|i| self.table.get(i))
+            .and_then(|t| estimate(&self.config, &t.window, now));
+        if let Some(d) = own {
+            return Some((d, DelaySource::Target));
+        }
+        if T > 1 {
+            if let Some(d) = estimate(&self.config, &self.aggregate, now) {
+                return Some((d, DelaySource::Aggregate));
+            }
+        }
+        self.config
+            .prior_delay_ns
+            .map(|p| (self.config.bound(p), DelaySource::Prior))
+    }
+
+    /// The table index for `target`, inserting it (and evicting) if absent.
+    fn entry(&mut self, target: K, now: u64) -> usize {
         if let Some(i) = self.table.find(&target) {
             return i;
         }
-        let window = LatencyWindow::with_mapping(
+        let Ok(window) = LatencyWindow::with_rotation(
             self.mapping,
-            self.config.rotation_period_ns,
+            self.config.rotation(),
             self.config.quantile,
-        );
-        let budget = match &self.budget {
-            BudgetScope::Shared(_) => None,
-            BudgetScope::PerTarget(make) => Some(make()),
-        };
-        let Ok(window) = window else {
+        ) else {
             // The quantile was validated at construction.
             return usize::MAX;
         };
-        let (index, evicted) = self.table.insert(Target {
-            key: target,
-            window,
-            last_used: now,
-            budget,
-        });
+        let budget = match &self.budget {
+            BudgetScope::Shared(_) => None,
+            BudgetScope::PerTarget(prototype) => Some(prototype.drained(now)),
+        };
+        let (index, evicted) = self.table.insert(Target::new(target, window, now, budget));
         if evicted {
             bump(&mut self.stats.evictions);
         }
@@ -268,7 +348,7 @@ impl<K: PartialEq + Copy, B: HedgeBudget, const T: usize, S: Store> Hedger<K, B,
             return TimerAction::Skip(NoHedge::Finished);
         }
         if request.give_up_at.is_some_and(|g| now >= g) {
-            let cancel = self.give_up(request);
+            let cancel = self.give_up(request, now);
             return TimerAction::GiveUp { cancel };
         }
         let Some(due) = request.next_hedge_at else {
@@ -281,48 +361,73 @@ impl<K: PartialEq + Copy, B: HedgeBudget, const T: usize, S: Store> Hedger<K, B,
             let until = request.give_up_at.map_or(due, |g| g.min(due));
             return TimerAction::Wait { until };
         }
+        match self.send_next(request, now) {
+            Ok(attempt) => TimerAction::SendHedge(attempt),
+            Err(NoHedge::InFlightLimit) => {
+                // Look again one delay later (at least 1 ns, so a zero delay
+                // cannot spin): a slot may have freed up.
+                let delay = request.delay_ns.unwrap_or(0).max(1);
+                request.next_hedge_at = Some(now.saturating_add(delay));
+                TimerAction::Skip(NoHedge::InFlightLimit)
+            }
+            Err(reason) => {
+                request.next_hedge_at = None;
+                TimerAction::Skip(reason)
+            }
+        }
+    }
+
+    /// Sends the next attempt of `request` at `now` if attempts, the
+    /// in-flight cap and the budget allow, and schedules the one after.
+    fn send_next(&mut self, request: &mut Request<K>, now: u64) -> Result<Attempt, NoHedge> {
+        if !request.hedgeable {
+            return Err(match request.plan {
+                Plan::NoHedge(reason) => reason,
+                Plan::Hedge { .. } => NoHedge::Disabled,
+            });
+        }
         if request.hedges_sent() >= u32::from(self.config.max_hedges) {
-            request.next_hedge_at = None;
-            return TimerAction::Skip(NoHedge::AttemptsExhausted);
+            return Err(NoHedge::AttemptsExhausted);
         }
         if self
             .config
             .max_hedges_in_flight
-            .is_some_and(|cap| self.hedges_in_flight >= cap)
+            .is_some_and(|cap| self.in_flight.count(now) >= cap)
         {
             bump(&mut self.stats.in_flight_limited);
-            // Look again one delay later (at least 1 ns, so a zero delay
-            // cannot spin): a slot may have freed up.
-            request.next_hedge_at = Some(now.saturating_add(request.delay_ns.max(1)));
-            return TimerAction::Skip(NoHedge::InFlightLimit);
+            return Err(NoHedge::InFlightLimit);
         }
-        if !self.acquire(&request.target, now) {
+        if !self.acquire(request.target(), now) {
             bump(&mut self.stats.budget_denials);
-            request.next_hedge_at = None;
-            return TimerAction::Skip(NoHedge::BudgetDenied);
+            return Err(NoHedge::BudgetDenied);
         }
         let attempt = Attempt(request.sent);
         if let Some(slot) = request.sent_at.get_mut(attempt.index()) {
             *slot = now;
         }
         request.sent = request.sent.saturating_add(1);
-        self.hedges_in_flight = self.hedges_in_flight.saturating_add(1);
+        self.in_flight.acquire(now);
         bump(&mut self.stats.hedges_sent);
-        request.next_hedge_at = (request.hedges_sent() < u32::from(self.config.max_hedges))
-            .then(|| now.saturating_add(request.delay_ns));
-        TimerAction::SendHedge(attempt)
+        request.next_hedge_at = match request.delay_ns {
+            Some(d) if request.hedges_sent() < u32::from(self.config.max_hedges) => {
+                Some(now.saturating_add(d))
+            }
+            _ => None,
+        };
+        Ok(attempt)
     }
 
-    fn acquire(&self, target: &K, now: u64) -> bool {
-        match &self.budget {
-            BudgetScope::Shared(b) => b.try_acquire(now),
-            BudgetScope::PerTarget(_) => self
-                .table
-                .find(target)
-                .and_then(|i| self.table.get(i))
-                .and_then(|t| t.budget.as_ref())
-                .is_some_and(|b| b.try_acquire(now)),
+    /// Takes a hedge token for a request to `target` at `now`.
+    fn acquire(&mut self, target: K, now: u64) -> bool {
+        if let BudgetScope::Shared(b) = &self.budget {
+            return b.try_acquire(now);
         }
+        // Per target: an evicted target re-enters with a drained budget.
+        let index = self.entry(target, now);
+        self.table
+            .get(index)
+            .and_then(|t| t.budget.as_ref())
+            .is_some_and(|b| b.try_acquire(now))
     }
 
     /// `attempt` of `request` gave its commit signal at `now`.
@@ -342,8 +447,8 @@ impl<K: PartialEq + Copy, B: HedgeBudget, const T: usize, S: Store> Hedger<K, B,
             return CommitOutcome::Unknown;
         }
         let racing = request.in_flight();
-        self.record(request, racing, now);
-        self.release(racing);
+        self.record(request, racing, Some(attempt), now);
+        self.release(request, racing);
         request.phase = Phase::Won(attempt);
         request.next_hedge_at = None;
         if attempt.is_primary() {
@@ -357,38 +462,72 @@ impl<K: PartialEq + Copy, B: HedgeBudget, const T: usize, S: Store> Hedger<K, B,
         }
     }
 
-    /// Records the elapsed time of every attempt in `attempts`: the winner's
-    /// true latency, the losers' censored at `now`.
-    fn record(&mut self, request: &Request<K>, attempts: AttemptSet, now: u64) {
-        let Some(entry) = self
-            .table
-            .find(&request.target)
-            .and_then(|i| self.table.get_mut(i))
-        else {
-            return; // evicted meanwhile: nowhere to record
-        };
+    /// Records the elapsed time of every attempt in `attempts` at `now`:
+    /// the winner's as an exact sample, the others' as censored ones, each
+    /// under the target the attempt went to and in the aggregate.
+    fn record(
+        &mut self,
+        request: &Request<K>,
+        attempts: AttemptSet,
+        winner: Option<Attempt>,
+        now: u64,
+    ) {
         for a in attempts.iter() {
-            match request.sent_at(a).and_then(|sent| now.checked_sub(sent)) {
-                Some(elapsed) => {
-                    if entry.window.record(now, elapsed).is_ok() {
-                        bump(&mut self.stats.samples);
-                    }
+            let Some(elapsed) = request.sent_at(a).and_then(|sent| now.checked_sub(sent)) else {
+                bump(&mut self.stats.clock_anomalies);
+                continue;
+            };
+            if elapsed > self.config.max_sample_ns {
+                bump(&mut self.stats.samples_refused);
+                continue;
+            }
+            let exact = winner == Some(a);
+            let target = request.target_of(a).unwrap_or(request.target());
+            let index = self.entry(target, now);
+            let recorded = self.table.get_mut(index).is_some_and(|t| {
+                let w = &mut t.window;
+                if exact {
+                    w.record(now, elapsed)
+                } else {
+                    w.record_censored(now, elapsed)
                 }
-                None => bump(&mut self.stats.clock_anomalies),
+                .is_ok()
+            });
+            if T > 1 {
+                let w = &mut self.aggregate;
+                let _ = if exact {
+                    w.record(now, elapsed)
+                } else {
+                    w.record_censored(now, elapsed)
+                };
+            }
+            if recorded {
+                bump(if exact {
+                    &mut self.stats.samples
+                } else {
+                    &mut self.stats.censored_samples
+                });
+            } else {
+                bump(&mut self.stats.samples_refused);
             }
         }
-        entry.last_used = entry.last_used.max(now);
     }
 
     /// Forgets the hedges among `attempts` in the in-flight count.
-    fn release(&mut self, attempts: AttemptSet) {
-        let hedges = attempts.without(Attempt::PRIMARY).len();
-        self.hedges_in_flight = self.hedges_in_flight.saturating_sub(hedges);
+    fn release(&mut self, request: &Request<K>, attempts: AttemptSet) {
+        for a in attempts.without(Attempt::PRIMARY).iter() {
+            if let Some(sent) = request.sent_at(a) {
+                self.in_flight.release(sent);
+            }
+        }
     }
 
-    fn give_up(&mut self, request: &mut Request<K>) -> AttemptSet {
+    /// Ends `request` at `now`: the attempts in flight are recorded as
+    /// censored and returned, to cancel.
+    fn give_up(&mut self, request: &mut Request<K>, now: u64) -> AttemptSet {
         let cancel = request.in_flight();
-        self.release(cancel);
+        self.record(request, cancel, None, now);
+        self.release(request, cancel);
         request.phase = Phase::GaveUp;
         request.next_hedge_at = None;
         bump(&mut self.stats.gave_up);
@@ -396,12 +535,15 @@ impl<K: PartialEq + Copy, B: HedgeBudget, const T: usize, S: Store> Hedger<K, B,
     }
 
     /// `attempt` of `request` failed (an error, not slowness) at `now`.
-    /// Failures record no latency sample.
+    /// Failures record no latency sample. A [`Failure::Retryable`] failure
+    /// releases the next attempt at once, budget permitting (gRPC's hedging
+    /// policy does the same); a [`Failure::Fatal`] one ends the request.
     pub fn on_failure(
         &mut self,
         request: &mut Request<K>,
         attempt: Attempt,
-        _now: u64,
+        now: u64,
+        failure: Failure,
     ) -> FailureOutcome {
         if attempt.0 >= request.sent
             || request.phase != Phase::Racing
@@ -410,32 +552,39 @@ impl<K: PartialEq + Copy, B: HedgeBudget, const T: usize, S: Store> Hedger<K, B,
             return FailureOutcome::Ignored;
         }
         request.failed = request.failed.with(attempt);
-        self.release(AttemptSet::EMPTY.with(attempt));
-        let give_up = match self.config.failure_policy {
-            FailurePolicy::GiveUpOnFirst => true,
-            FailurePolicy::WaitForOthers => request.in_flight().is_empty(),
-        };
-        if give_up {
-            FailureOutcome::GiveUp {
-                cancel: self.give_up(request),
+        self.release(request, AttemptSet::EMPTY.with(attempt));
+        if failure == Failure::Retryable {
+            if let Ok(next) = self.send_next(request, now) {
+                bump(&mut self.stats.retries_released);
+                return FailureOutcome::SendNow(next);
             }
-        } else {
-            FailureOutcome::Continue
         }
+        if failure == Failure::Fatal || request.in_flight().is_empty() {
+            return FailureOutcome::GiveUp {
+                cancel: self.give_up(request, now),
+            };
+        }
+        FailureOutcome::Continue
     }
 
-    /// The caller gave `request` up on its own (its task was cancelled):
-    /// releases its in-flight hedges. Returns the attempts to cancel.
-    pub fn abandon(&mut self, request: &mut Request<K>) -> AttemptSet {
+    /// The caller gives `request` up at `now` (its task was cancelled, its
+    /// own timeout fired): releases its in-flight hedges at once and records
+    /// the attempts in flight as censored. Returns the attempts to cancel.
+    /// Dropping a request without this call is safe too (see the module
+    /// docs), only slower to release.
+    pub fn abandon(&mut self, request: &mut Request<K>, now: u64) -> AttemptSet {
         if request.phase != Phase::Racing {
             return AttemptSet::EMPTY;
         }
-        self.give_up(request)
+        self.give_up(request, now)
     }
 
     /// What the hedger has done so far.
     pub fn stats(&self) -> HedgeStats {
-        self.stats
+        HedgeStats {
+            leases_expired: self.in_flight.expired(),
+            ..self.stats
+        }
     }
 
     /// The budget's own counters: the shared one, or the target's.
@@ -456,13 +605,6 @@ impl<K: PartialEq + Copy, B: HedgeBudget, const T: usize, S: Store> Hedger<K, B,
         &self.config
     }
 
-    /// The delay the window gives a request to `target` now, `None` in
-    /// cold start (the prior, if configured, is not included) or for an
-    /// unknown target. O(1).
-    pub fn delay_ns(&self, target: &K) -> Option<u64> {
-        estimate(&self.config, self.window(target)?)
-    }
-
     /// The latency window of `target`, if the table holds it.
     pub fn window(&self, target: &K) -> Option<&LatencyWindow<CubicMapping, S>> {
         self.table
@@ -471,9 +613,16 @@ impl<K: PartialEq + Copy, B: HedgeBudget, const T: usize, S: Store> Hedger<K, B,
             .map(|t| &t.window)
     }
 
-    /// Hedges sent and not yet finished, across requests.
-    pub fn hedges_in_flight(&self) -> u32 {
-        self.hedges_in_flight
+    /// The window of every target's samples (empty when `T == 1`: the
+    /// target's own window is the same data).
+    pub fn aggregate_window(&self) -> &LatencyWindow<CubicMapping, S> {
+        &self.aggregate
+    }
+
+    /// Hedges sent and not yet finished at `now`, across requests (those
+    /// of dropped requests count until their lease runs out).
+    pub fn hedges_in_flight(&self, now: u64) -> u32 {
+        self.in_flight.count(now)
     }
 
     /// Targets in the table.
@@ -481,11 +630,13 @@ impl<K: PartialEq + Copy, B: HedgeBudget, const T: usize, S: Store> Hedger<K, B,
         self.table.len()
     }
 
-    /// Drops the targets not used since before `cutoff` (e.g. `now − 10 min`),
-    /// so their slots, and their memory of latency, go to new targets.
-    /// Returns how many were dropped.
-    pub fn evict_unused_since(&mut self, cutoff: u64) -> usize {
-        self.table.evict_unused_since(cutoff)
+    /// Drops the targets whose latest request is more than `idle_ns` away
+    /// from `now` (e.g. 10 minutes), so their slots, and their memory of
+    /// latency, go to new targets. A target last used at a time far *after*
+    /// `now` (a timestamp from another clock) counts as idle too. Returns
+    /// how many were dropped.
+    pub fn evict_idle(&mut self, now: u64, idle_ns: u64) -> usize {
+        self.table.evict_idle(now, idle_ns)
     }
 
     /// The mapping every target's sketches use.
@@ -494,16 +645,18 @@ impl<K: PartialEq + Copy, B: HedgeBudget, const T: usize, S: Store> Hedger<K, B,
     }
 }
 
-/// The delay a window's estimate gives, `None` while it holds fewer than
-/// `min_samples` samples: the cached quantile, scaled and bounded.
+/// The delay a window's estimate gives at `now`, `None` while it holds
+/// fewer than `min_samples` samples: the cached quantile, scaled and
+/// bounded.
 fn estimate<S: Store>(
     config: &HedgeConfig,
     window: &LatencyWindow<CubicMapping, S>,
+    now: u64,
 ) -> Option<u64> {
-    if window.count() < config.min_samples {
+    if window.count_at(now) < config.min_samples {
         return None;
     }
     window
-        .cached_quantile()
+        .quantile_at(now)
         .map(|q| config.bound(config.scale(q)))
 }

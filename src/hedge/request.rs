@@ -97,7 +97,7 @@ impl AttemptSet {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub enum NoHedge {
-    /// Too few samples yet and no prior delay configured.
+    /// No warm window (the target's or the aggregate) and no prior delay.
     ColdStart,
     /// Hedging is disabled (`max_hedges` is 0).
     Disabled,
@@ -113,21 +113,42 @@ pub enum NoHedge {
     Finished,
 }
 
-/// What [`Hedger::start`](super::Hedger::start) decided for a new request.
+/// Where a request's hedge delay came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum DelaySource {
+    /// The target's own latency window.
+    Target,
+    /// The window shared by every target (the target's own is cold or was
+    /// evicted).
+    Aggregate,
+    /// The configured prior: no window is warm yet.
+    Prior,
+}
+
+impl DelaySource {
+    /// Whether the delay was estimated from measured latencies.
+    pub const fn is_data_driven(self) -> bool {
+        !matches!(self, Self::Prior)
+    }
+}
+
+/// What [`Hedger::start`](super::Hedger::start) decided for a request
+/// (read it with [`Request::plan`]). It only informs: the timer to arm is
+/// always [`Request::next_timer`], which also covers the deadline.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub enum Plan {
-    /// Send the primary now; call [`Hedger::on_timer`](super::Hedger::on_timer)
-    /// at `at` (= start + `delay_ns`) if it has not answered by then.
-    HedgeAt {
-        /// When the first hedge is due (caller's nanoseconds).
-        at: u64,
-        /// The delay in force.
+    /// A hedge is due `delay_ns` after the primary's send, if it has not
+    /// answered by then.
+    Hedge {
+        /// The delay in force (it may be 0 with `min_delay_ns(0)`).
         delay_ns: u64,
-        /// Whether it came from the configured prior (cold start).
-        from_prior: bool,
+        /// Where it came from.
+        source: DelaySource,
     },
-    /// Send the primary now; no hedge will be sent.
+    /// No hedge will be sent on a timer (a retryable failure may still
+    /// release the next attempt; see [`Hedger::on_failure`](super::Hedger::on_failure)).
     NoHedge(NoHedge),
 }
 
@@ -172,10 +193,26 @@ pub enum CommitOutcome {
     Unknown,
 }
 
+/// How an attempt failed: what the caller knows about the error.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum Failure {
+    /// Another attempt may succeed (a connection reset, an overloaded or
+    /// unavailable replica, gRPC `UNAVAILABLE`): the next attempt is released
+    /// now, budget permitting, instead of waiting for the hedge delay.
+    Retryable,
+    /// Every attempt would fail alike (a bad request, permission denied,
+    /// not found): the request ends and the rest are cancelled.
+    Fatal,
+}
+
 /// What [`Hedger::on_failure`](super::Hedger::on_failure) decided.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub enum FailureOutcome {
+    /// Send this attempt now (a retryable failure released it early); then
+    /// arm the timer at [`Request::next_timer`].
+    SendNow(Attempt),
     /// Other attempts are still in flight: keep waiting for them.
     Continue,
     /// The request has failed: cancel these attempts and report the error.
@@ -198,21 +235,33 @@ pub(crate) enum Phase {
 }
 
 /// The state of one request, owned by the caller and passed back with each
-/// event. Small and `Copy`; holds no reference into the hedger.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// event. Holds no reference into the hedger.
+///
+/// A request is one value: it is neither `Copy` nor `Clone`, so it cannot
+/// be committed twice or release another request's hedge. Dropping it
+/// without a final event is safe: the hedges it had in flight stop counting
+/// against [`max_hedges_in_flight`](super::HedgeConfig::max_hedges_in_flight)
+/// on their own within [`in_flight_lease_ns`](super::HedgeConfig::in_flight_lease_ns),
+/// and it held nothing else (budget tokens are spent when a hedge is sent).
+#[derive(Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[must_use = "a request must be driven to its end: arm a timer at `next_timer()` and report commits"]
 pub struct Request<K> {
-    pub(crate) target: K,
+    /// The target of each attempt (the primary's unless routed elsewhere).
+    pub(crate) targets: [K; MAX_ATTEMPTS],
     pub(crate) sent_at: [u64; MAX_ATTEMPTS],
     /// Attempts `0 .. sent` have been sent.
     pub(crate) sent: u8,
     pub(crate) failed: AttemptSet,
     pub(crate) phase: Phase,
-    /// The delay between attempts; 0 when not hedging.
-    pub(crate) delay_ns: u64,
-    /// When the next hedge is due; `None` when no further hedge will be sent.
+    pub(crate) plan: Plan,
+    /// The delay between attempts; `None` when not hedging on a timer.
+    pub(crate) delay_ns: Option<u64>,
+    /// When the next hedge is due; `None` when no further hedge will be sent
+    /// on a timer.
     pub(crate) next_hedge_at: Option<u64>,
     pub(crate) give_up_at: Option<u64>,
+    pub(crate) hedgeable: bool,
 }
 
 impl<K: Copy> Request<K> {
@@ -222,25 +271,48 @@ impl<K: Copy> Request<K> {
             *primary = now;
         }
         Self {
-            target,
+            targets: [target; MAX_ATTEMPTS],
             sent_at,
             sent: 1,
             failed: AttemptSet::EMPTY,
             phase: Phase::Racing,
-            delay_ns: 0,
+            plan: Plan::NoHedge(NoHedge::ColdStart),
+            delay_ns: None,
             next_hedge_at: None,
             give_up_at: None,
+            hedgeable: false,
         }
     }
 
-    /// The target this request was started for.
+    /// The target this request was started for (the primary's).
     pub fn target(&self) -> K {
-        self.target
+        self.targets[0]
+    }
+
+    /// The target `attempt` goes to: the primary's unless
+    /// [`route`](Self::route)d elsewhere.
+    pub fn target_of(&self, attempt: Attempt) -> Option<K> {
+        self.targets.get(attempt.index()).copied()
+    }
+
+    /// Says that `attempt` went to `target` (a hedge sent to another
+    /// replica), so that its latency is recorded where it was measured.
+    /// Call it right after sending the attempt, before any event for it.
+    /// The budget is always the primary target's.
+    pub fn route(&mut self, attempt: Attempt, target: K) {
+        if let Some(slot) = self.targets.get_mut(attempt.index()) {
+            *slot = target;
+        }
+    }
+
+    /// What the hedger decided at the start.
+    pub fn plan(&self) -> Plan {
+        self.plan
     }
 
     /// When the caller's timer should next fire for this request (the next
     /// hedge or the deadline, whichever is sooner); `None` once nothing is
-    /// pending.
+    /// pending. The single source of truth for timers.
     pub fn next_timer(&self) -> Option<u64> {
         if self.phase != Phase::Racing {
             return None;
@@ -290,9 +362,10 @@ impl<K: Copy> Request<K> {
         self.phase != Phase::Racing
     }
 
-    /// The delay between attempts in force for this request, if hedging.
+    /// The delay between attempts in force for this request, if it hedges
+    /// on a timer (`Some(0)` with a zero minimum delay).
     pub fn delay_ns(&self) -> Option<u64> {
-        (self.delay_ns > 0).then_some(self.delay_ns)
+        self.delay_ns
     }
 
     /// Hedges sent so far.

@@ -3,39 +3,61 @@
 /// What a [`Hedger`](super::Hedger) has done, since it was built. Every
 /// counter saturates at `u64::MAX`.
 ///
-/// `hedge_wins + primary_wins` counts requests that succeeded; `extra load`
-/// is `hedges_sent / requests`.
+/// A *request* is one [`start`](super::Hedger::start): when the caller
+/// retries a failed request, the retry is a new request (and deposits into
+/// the budget again). So `hedges_sent / requests` is the extra load per
+/// hedger request; per client-visible operation it is
+/// `hedges_sent / (requests − caller retries)`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 #[non_exhaustive]
 pub struct HedgeStats {
     /// Requests started.
     pub requests: u64,
-    /// Hedges sent (extra attempts).
+    /// Extra attempts sent: on the hedge timer, and released early by a
+    /// retryable failure (`retries_released` of them).
     pub hedges_sent: u64,
+    /// Extra attempts released early by a retryable failure (also in
+    /// `hedges_sent`).
+    pub retries_released: u64,
     /// Requests a hedge won.
     pub hedge_wins: u64,
     /// Requests the primary won.
     pub primary_wins: u64,
-    /// Hedges the budget refused.
+    /// Extra attempts the budget refused.
     pub budget_denials: u64,
-    /// Requests started in cold start (too few samples), prior or not.
+    /// Requests started without a data-driven delay (no warm window: the
+    /// prior applied, or nothing did).
     pub cold_starts: u64,
+    /// Requests whose delay came from the aggregate window (their target's
+    /// own window was cold).
+    pub aggregate_delays: u64,
     /// Requests not hedged because the caller said they are not idempotent.
     pub not_idempotent: u64,
     /// Hedges skipped because the in-flight cap was reached.
     pub in_flight_limited: u64,
-    /// Requests given up (deadline, or every attempt failed).
+    /// Hedges that stopped counting as in flight because their lease ran
+    /// out before their request ended (dropped requests, or attempts longer
+    /// than the lease).
+    pub leases_expired: u64,
+    /// Requests given up (deadline, fatal failure, every attempt failed,
+    /// or abandoned by the caller).
     pub gave_up: u64,
-    /// Latency samples recorded (winners and censored losers).
+    /// Exact latency samples recorded (winners).
     pub samples: u64,
-    /// Targets evicted from the table to make room.
-    pub evictions: u64,
+    /// Censored samples recorded (attempts cancelled or given up while in
+    /// flight: their latency is at least their elapsed time).
+    pub censored_samples: u64,
+    /// Samples refused because they cannot be real: an elapsed time above
+    /// [`max_sample_ns`](super::HedgeConfig::max_sample_ns).
+    pub samples_refused: u64,
     /// Events at a time before the attempt they concern was sent (a clock
     /// that went backwards): their samples were not recorded.
     pub clock_anomalies: u64,
-    /// The delay given to the most recent request that hedges (ns);
-    /// `None` before the first one.
+    /// Targets evicted from the table to make room.
+    pub evictions: u64,
+    /// The delay given to the most recent request that hedges on a timer
+    /// (ns); `None` before the first one.
     pub current_delay_ns: Option<u64>,
 }
 

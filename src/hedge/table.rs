@@ -9,23 +9,57 @@ use crate::CubicMapping;
 pub(crate) struct Target<K, S: Store, B> {
     pub(crate) key: K,
     pub(crate) window: LatencyWindow<CubicMapping, S>,
+    /// The caller time of the target's latest request (the latest given,
+    /// not the largest: one far-future timestamp cannot pin it).
     pub(crate) last_used: u64,
+    /// A decayed request count: +1 a request, halved each time the
+    /// eviction hand passes over it.
+    hits: u32,
     /// The target's own budget, when budgets are per target.
     pub(crate) budget: Option<B>,
 }
 
+impl<K, S: Store, B> Target<K, S, B> {
+    pub(crate) fn new(
+        key: K,
+        window: LatencyWindow<CubicMapping, S>,
+        now: u64,
+        budget: Option<B>,
+    ) -> Self {
+        Self {
+            key,
+            window,
+            last_used: now,
+            hits: 1,
+            budget,
+        }
+    }
+
+    /// Notes a request at `now`.
+    pub(crate) fn touch(&mut self, now: u64) {
+        self.last_used = now;
+        self.hits = self.hits.saturating_add(1);
+    }
+}
+
 /// Up to `T` targets, found by a linear scan (faster than hashing for the
-/// handful of hosts a client talks to), evicting the least recently used
-/// when full.
+/// handful of hosts a client talks to). When full, a new target replaces
+/// the least *frequently* used one, by CLOCK with decaying counts: a hand
+/// sweeps the slots, halving each count it passes, and takes the first slot
+/// at zero. A busy target keeps its slot while a stream of one-off targets
+/// churns through the others; no timestamp is involved, so no clock
+/// anomaly can pin an entry.
 #[derive(Clone, Debug)]
 pub(crate) struct Table<K, S: Store, B, const T: usize> {
     targets: heapless::Vec<Target<K, S, B>, T>,
+    hand: usize,
 }
 
 impl<K: PartialEq + Copy, S: Store, B, const T: usize> Table<K, S, B, T> {
     pub(crate) const fn new() -> Self {
         Self {
             targets: heapless::Vec::new(),
+            hand: 0,
         }
     }
 
@@ -35,42 +69,55 @@ impl<K: PartialEq + Copy, S: Store, B, const T: usize> Table<K, S, B, T> {
         self.targets.iter().position(|t| t.key == *key)
     }
 
+    #[inline]
     pub(crate) fn get_mut(&mut self, index: usize) -> Option<&mut Target<K, S, B>> {
         self.targets.get_mut(index)
     }
 
+    #[inline]
     pub(crate) fn get(&self, index: usize) -> Option<&Target<K, S, B>> {
         self.targets.get(index)
     }
 
-    /// Inserts `target`, evicting the least recently used entry if the table
-    /// is full. Returns the new entry's index and whether it evicted.
+    /// Inserts `target`, evicting if the table is full. Returns the new
+    /// entry's index and whether it evicted.
     pub(crate) fn insert(&mut self, target: Target<K, S, B>) -> (usize, bool) {
-        match self.targets.push(target) {
-            Ok(()) => (self.targets.len().saturating_sub(1), false),
-            Err(target) => {
-                let victim = self
-                    .targets
-                    .iter()
-                    .enumerate()
-                    .min_by_key(|(_, t)| t.last_used)
-                    .map_or(0, |(i, _)| i);
-                match self.targets.get_mut(victim) {
-                    Some(slot) => {
-                        *slot = target;
-                        (victim, true)
-                    }
-                    // T == 0: nothing can be stored.
-                    None => (usize::MAX, false),
-                }
+        let target = match self.targets.push(target) {
+            Ok(()) => return (self.targets.len().saturating_sub(1), false),
+            Err(target) => target,
+        };
+        let len = self.targets.len();
+        if len == 0 {
+            return (usize::MAX, false); // T == 0: nothing can be stored
+        }
+        // A count halves to zero within 33 passes: the sweep is bounded.
+        let mut victim = self.hand.checked_rem(len).unwrap_or(0);
+        for _ in 0..len.saturating_mul(33) {
+            victim = self.hand.checked_rem(len).unwrap_or(0);
+            self.hand = victim.wrapping_add(1).checked_rem(len).unwrap_or(0);
+            match self.targets.get_mut(victim) {
+                Some(t) if t.hits == 0 => break,
+                Some(t) => t.hits >>= 1,
+                None => break,
             }
+        }
+        match self.targets.get_mut(victim) {
+            Some(slot) => {
+                *slot = target;
+                (victim, true)
+            }
+            None => (usize::MAX, false),
         }
     }
 
-    /// Drops every entry unused since before `cutoff`; returns how many.
-    pub(crate) fn evict_unused_since(&mut self, cutoff: u64) -> usize {
+    /// Drops every entry whose latest request is more than `idle_ns` away
+    /// from `now`, before or after it (a time from another clock counts as
+    /// unused); returns how many.
+    pub(crate) fn evict_idle(&mut self, now: u64, idle_ns: u64) -> usize {
         let before = self.targets.len();
-        self.targets.retain(|t| t.last_used >= cutoff);
+        self.targets
+            .retain(|t| t.last_used.abs_diff(now) <= idle_ns);
+        self.hand = 0;
         before.saturating_sub(self.targets.len())
     }
 

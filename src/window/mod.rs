@@ -1,0 +1,533 @@
+//! A rotating dual window of sketches: the latency estimate follows a
+//! changing backend.
+//!
+//! Two halves, *current* and *previous*, each a pair of sketches — one of
+//! exact samples, one of censored samples (an attempt cancelled at elapsed
+//! `t`: its latency is at least `t`) — queried as one with Kaplan–Meier's
+//! product-limit estimator, so the estimate forgets old regimes and is not
+//! biased by cancelled attempts.
+//!
+//! # Rotation
+//! The current half becomes the previous one (and the old previous half is
+//! dropped) when either
+//! * it holds [`Rotation::max_samples`] samples: at high rates the window
+//!   follows a change within two such batches, in seconds; or
+//! * [`Rotation::period_ns`] has passed since the last rotation *and* it
+//!   holds at least [`Rotation::min_samples`]: at low rates neither half is
+//!   ever left nearly empty, so a client that sends at least one request a
+//!   period stays warm.
+//!
+//! Between two timestamps more than two periods apart both halves are
+//! emptied: after an idle gap the caller is back in cold start and gets
+//! `None`, never a made-up number.
+//!
+//! # Time
+//! Timestamps are the caller's monotonic nanoseconds. A timestamp earlier
+//! than the current half's start (a clock stepped back) restarts the period
+//! from it, so rotation goes on; nothing waits for the old time to come
+//! back. A timestamp more than two periods ahead is an idle gap. Reads
+//! ([`quantile_at`](LatencyWindow::quantile_at)) never change the window, so
+//! one bad timestamp passed to a read changes nothing.
+//!
+//! # Cost
+//! The window keeps a cached estimate of one quantile (the hedge delay),
+//! refreshed as samples arrive — whenever the samples added since the last
+//! refresh reach 1/64 of the window's count, and at every rotation — so
+//! reading it is a field load. A refresh is one pass over the occupied
+//! buckets of the four sketches, never over the empty keys between them.
+
+mod survival;
+
+use crate::mapping::{CubicMapping, IndexMapping};
+use crate::sketch::{DDSketch, SketchError};
+use crate::store::{CollapsingLowestStore, NoStore, Store};
+use survival::Pair;
+
+/// Nanoseconds in a second.
+const NANOS_PER_SEC: u64 = 1_000_000_000;
+
+/// Refresh the cached quantile once new samples reach `count / REFRESH_SHARE`.
+const REFRESH_SHARE: u64 = 64;
+
+/// When a [`LatencyWindow`] rotates; see the module docs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct Rotation {
+    /// Rotate once this much time has passed since the last rotation (and
+    /// the current half holds `min_samples`). Two periods without any
+    /// timestamp empty the window. At least 1 ns.
+    pub period_ns: u64,
+    /// Samples the current half must hold before time alone rotates it.
+    pub min_samples: u64,
+    /// Rotate as soon as the current half holds this many samples, whatever
+    /// the time (`u64::MAX`: never on count alone).
+    pub max_samples: u64,
+}
+
+impl Rotation {
+    /// Rotation on time alone, every `period_ns`.
+    pub const fn every(period_ns: u64) -> Self {
+        Self {
+            period_ns,
+            min_samples: 0,
+            max_samples: u64::MAX,
+        }
+    }
+
+    /// Samples a half must hold to estimate quantile `q` from its own tail:
+    /// about a hundred samples above the quantile, and at least 1 000, i.e.
+    /// `max(1000, ⌈100 / (1 − q)⌉)` (1 000 at p90, 10 000 at p99). Used
+    /// as [`max_samples`](Self::max_samples) by the hedger.
+    pub fn samples_for_quantile(q: f64) -> u64 {
+        let tail = 1.0 - q;
+        if tail.is_nan() || tail <= 0.0 {
+            return u64::MAX;
+        }
+        // `as` saturates; 100 / tail ≥ 100 for tail ≤ 1.
+        let n = libm::ceil(100.0 / tail) as u64;
+        n.max(1_000)
+    }
+}
+
+/// One half of the window: exact samples and censored ones, bucketed alike.
+#[derive(Clone, Debug)]
+struct Half<M: IndexMapping, S: Store> {
+    exact: DDSketch<M, S, NoStore>,
+    censored: DDSketch<M, S, NoStore>,
+}
+
+impl<M: IndexMapping, S: Store> Half<M, S> {
+    fn new(mapping: M) -> Self {
+        Self {
+            exact: DDSketch::with_mapping(mapping),
+            censored: DDSketch::with_mapping(mapping),
+        }
+    }
+
+    fn count(&self) -> u64 {
+        self.exact.count().saturating_add(self.censored.count())
+    }
+
+    fn clear(&mut self) {
+        self.exact.clear();
+        self.censored.clear();
+    }
+
+    fn pair(&self) -> Pair<'_, M, S> {
+        Pair {
+            exact: &self.exact,
+            censored: &self.censored,
+        }
+    }
+}
+
+/// Two halves of sketches rotated by caller timestamps and sample counts,
+/// queried as one.
+///
+/// ```
+/// use tailguard::window::LatencyWindow;
+///
+/// let mut w: LatencyWindow = LatencyWindow::new(0.01, 30_000_000_000, 0.9)?;
+/// for i in 0..100u64 {
+///     w.record(i * 1_000_000, 1_000_000 + i * 10_000)?; // now, latency (ns)
+/// }
+/// let p90 = w.cached_quantile().expect("warm");          // a field read
+/// assert!((p90 as f64 - 1_890_000.0).abs() < 0.011 * 1_890_000.0);
+/// // An attempt cancelled after 3 ms: its latency is at least 3 ms.
+/// w.record_censored(100_000_000, 3_000_000)?;
+/// # Ok::<(), tailguard::SketchError>(())
+/// ```
+#[derive(Clone, Debug)]
+pub struct LatencyWindow<M: IndexMapping = CubicMapping, S: Store = CollapsingLowestStore<1024>> {
+    current: Half<M, S>,
+    previous: Half<M, S>,
+    rotation: Rotation,
+    /// When the current half began; `None` before the first timestamp.
+    current_start: Option<u64>,
+    /// The newest timestamp seen (the last one, not the largest: a single
+    /// far-future value is overwritten by the next true one).
+    last_seen: u64,
+    quantile: f64,
+    cached: Option<f64>,
+    since_refresh: u64,
+    rotations: u64,
+}
+
+impl<M: IndexMapping + crate::FromRelativeAccuracy, S: Store> LatencyWindow<M, S> {
+    /// A window with relative accuracy α, rotating every `period_ns` (on
+    /// time alone; see [`with_rotation`](Self::with_rotation)), that caches
+    /// quantile `quantile`.
+    ///
+    /// # Errors
+    /// [`SketchError::Mapping`] for a bad α;
+    /// [`SketchError::InvalidQuantile`] if `quantile` is not in `[0, 1]`.
+    /// A period of 0 is raised to 1 ns.
+    pub fn new(relative_accuracy: f64, period_ns: u64, quantile: f64) -> Result<Self, SketchError> {
+        Self::with_rotation(
+            M::from_relative_accuracy(relative_accuracy)?,
+            Rotation::every(period_ns),
+            quantile,
+        )
+    }
+}
+
+impl<M: IndexMapping, S: Store> LatencyWindow<M, S> {
+    /// A window over a given mapping, rotating every `period_ns`; see
+    /// [`new`](Self::new).
+    ///
+    /// # Errors
+    /// [`SketchError::InvalidQuantile`] if `quantile` is not in `[0, 1]`.
+    pub fn with_mapping(mapping: M, period_ns: u64, quantile: f64) -> Result<Self, SketchError> {
+        Self::with_rotation(mapping, Rotation::every(period_ns), quantile)
+    }
+
+    /// A window over a given mapping and rotation rule. A period of 0 is
+    /// raised to 1 ns.
+    ///
+    /// # Errors
+    /// [`SketchError::InvalidQuantile`] if `quantile` is not in `[0, 1]`.
+    pub fn with_rotation(
+        mapping: M,
+        rotation: Rotation,
+        quantile: f64,
+    ) -> Result<Self, SketchError> {
+        if !(0.0..=1.0).contains(&quantile) {
+            return Err(SketchError::InvalidQuantile(quantile));
+        }
+        Ok(Self {
+            current: Half::new(mapping),
+            previous: Half::new(mapping),
+            rotation: Rotation {
+                period_ns: rotation.period_ns.max(1),
+                ..rotation
+            },
+            current_start: None,
+            last_seen: 0,
+            quantile,
+            cached: None,
+            since_refresh: 0,
+            rotations: 0,
+        })
+    }
+
+    /// The default rotation period, 30 s.
+    pub const DEFAULT_PERIOD_NS: u64 = 30 * NANOS_PER_SEC;
+
+    /// Brings the window to time `now`: empties it after an idle gap of two
+    /// periods, rotates if the period has passed and the current half holds
+    /// `min_samples`. A `now` before the current half's start restarts its
+    /// period from `now`.
+    pub fn advance(&mut self, now: u64) {
+        let Some(start) = self.current_start else {
+            self.current_start = Some(now);
+            self.last_seen = now;
+            return;
+        };
+        let gap = now.saturating_sub(self.last_seen);
+        self.last_seen = now;
+        if gap >= self.idle_ns() {
+            self.current.clear();
+            self.previous.clear();
+            self.current_start = Some(now);
+            self.refresh();
+            return;
+        }
+        if now < start {
+            // The clock went back: the period restarts here.
+            self.current_start = Some(now);
+            return;
+        }
+        if now.saturating_sub(start) >= self.rotation.period_ns
+            && self.current.count() >= self.rotation.min_samples
+        {
+            self.rotate(now);
+        }
+    }
+
+    fn idle_ns(&self) -> u64 {
+        self.rotation.period_ns.saturating_mul(2)
+    }
+
+    fn rotate(&mut self, now: u64) {
+        core::mem::swap(&mut self.current, &mut self.previous);
+        self.current.clear();
+        self.current_start = Some(now);
+        self.rotations = self.rotations.saturating_add(1);
+        self.refresh();
+    }
+
+    /// Records one latency sample (nanoseconds) at time `now`.
+    ///
+    /// # Errors
+    /// Never for latencies up to `u64::MAX` with the default mappings; the
+    /// sketch's error otherwise, with nothing recorded.
+    #[inline]
+    pub fn record(&mut self, now: u64, latency_ns: u64) -> Result<(), SketchError> {
+        self.advance(now);
+        self.current.exact.add(latency_ns as f64)?;
+        self.after_sample(now);
+        Ok(())
+    }
+
+    /// Records one censored sample at time `now`: an attempt cancelled after
+    /// `elapsed_ns`, whose latency is therefore at least that.
+    ///
+    /// # Errors
+    /// As [`record`](Self::record).
+    pub fn record_censored(&mut self, now: u64, elapsed_ns: u64) -> Result<(), SketchError> {
+        self.advance(now);
+        self.current.censored.add(elapsed_ns as f64)?;
+        self.after_sample(now);
+        Ok(())
+    }
+
+    #[inline]
+    fn after_sample(&mut self, now: u64) {
+        if self.current.count() >= self.rotation.max_samples {
+            self.rotate(now);
+            return;
+        }
+        self.since_refresh = self.since_refresh.saturating_add(1);
+        if self.since_refresh >= (self.count() / REFRESH_SHARE).max(1) {
+            self.refresh();
+        }
+    }
+
+    /// Recomputes the cached quantile from both halves.
+    pub fn refresh(&mut self) {
+        self.since_refresh = 0;
+        self.cached =
+            survival::quantile([self.current.pair(), self.previous.pair()], self.quantile);
+    }
+
+    /// The cached quantile in nanoseconds (rounded down, saturating), `None`
+    /// while the window is empty. O(1). It does not look at the time: see
+    /// [`quantile_at`](Self::quantile_at).
+    #[inline]
+    pub fn cached_quantile(&self) -> Option<u64> {
+        self.cached.map(|v| v as u64)
+    }
+
+    /// The cached quantile as the estimator reported it.
+    pub fn cached_quantile_f64(&self) -> Option<f64> {
+        self.cached
+    }
+
+    /// The cached quantile as of `now`: `None` if the window is empty or
+    /// would be emptied at `now` (an idle gap of two periods since the last
+    /// timestamp). O(1); changes nothing.
+    #[inline]
+    pub fn quantile_at(&self, now: u64) -> Option<u64> {
+        if self.is_idle_at(now) {
+            return None;
+        }
+        self.cached_quantile()
+    }
+
+    /// Samples (exact and censored) as of `now`: 0 after an idle gap.
+    pub fn count_at(&self, now: u64) -> u64 {
+        if self.is_idle_at(now) {
+            0
+        } else {
+            self.count()
+        }
+    }
+
+    fn is_idle_at(&self, now: u64) -> bool {
+        self.current_start.is_some() && now.saturating_sub(self.last_seen) >= self.idle_ns()
+    }
+
+    /// A fresh product-limit estimate of any quantile over both halves (a
+    /// pass over the occupied buckets; no copy, no allocation).
+    ///
+    /// # Errors
+    /// [`SketchError::InvalidQuantile`] for a bad `q`.
+    pub fn quantile(&self, q: f64) -> Result<Option<f64>, SketchError> {
+        if !(0.0..=1.0).contains(&q) {
+            return Err(SketchError::InvalidQuantile(q));
+        }
+        Ok(survival::quantile(
+            [self.current.pair(), self.previous.pair()],
+            q,
+        ))
+    }
+
+    /// Samples in both halves, exact and censored.
+    pub fn count(&self) -> u64 {
+        self.current.count().saturating_add(self.previous.count())
+    }
+
+    /// Censored samples in both halves.
+    pub fn censored_count(&self) -> u64 {
+        self.current
+            .censored
+            .count()
+            .saturating_add(self.previous.censored.count())
+    }
+
+    /// Rotations so far (not counting idle-gap emptying).
+    pub fn rotations(&self) -> u64 {
+        self.rotations
+    }
+
+    /// The rotation rule.
+    pub fn rotation(&self) -> Rotation {
+        self.rotation
+    }
+
+    /// The rotation period in nanoseconds.
+    pub fn period_ns(&self) -> u64 {
+        self.rotation.period_ns
+    }
+
+    /// The exact samples of the half that receives new samples.
+    pub fn current(&self) -> &DDSketch<M, S, NoStore> {
+        &self.current.exact
+    }
+
+    /// The exact samples of the half from the period before.
+    pub fn previous(&self) -> &DDSketch<M, S, NoStore> {
+        &self.previous.exact
+    }
+
+    /// The censored samples of the current half.
+    pub fn current_censored(&self) -> &DDSketch<M, S, NoStore> {
+        &self.current.censored
+    }
+
+    /// The censored samples of the previous half.
+    pub fn previous_censored(&self) -> &DDSketch<M, S, NoStore> {
+        &self.previous.censored
+    }
+
+    /// Empties both halves and forgets the time.
+    pub fn clear(&mut self) {
+        self.current.clear();
+        self.previous.clear();
+        self.current_start = None;
+        self.last_seen = 0;
+        self.cached = None;
+        self.since_refresh = 0;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SEC: u64 = NANOS_PER_SEC;
+
+    fn window() -> LatencyWindow {
+        LatencyWindow::new(0.01, 10 * SEC, 0.5).unwrap()
+    }
+
+    #[test]
+    fn rotation_forgets_after_two_periods() {
+        let mut w = window();
+        w.record(0, 100).unwrap();
+        w.record(11 * SEC, 200).unwrap(); // one rotation: 100 is now previous
+        assert_eq!(w.count(), 2);
+        assert_eq!(w.previous().count(), 1);
+        w.advance(21 * SEC); // second rotation: 100 falls out
+        assert_eq!(w.count(), 1);
+        w.advance(45 * SEC); // idle for > 2 periods: empty, cold
+        assert_eq!(w.count(), 0);
+        assert_eq!(w.cached_quantile(), None);
+    }
+
+    #[test]
+    fn backwards_and_huge_jumps_are_survived() {
+        let mut w = window();
+        w.record(u64::MAX - 5, 100).unwrap();
+        w.record(3, 100).unwrap(); // backwards: kept in the current half
+        assert_eq!(w.count(), 2);
+        w.record(u64::MAX, 300).unwrap(); // an idle gap: emptied
+        assert_eq!(w.count(), 1);
+        let mut w = window();
+        w.record(0, 100).unwrap();
+        w.record(u64::MAX, 100).unwrap(); // far future: old samples dropped
+        assert_eq!(w.count(), 1);
+    }
+
+    #[test]
+    fn cache_tracks_a_shifting_backend() {
+        let mut w = window();
+        for i in 0..1000 {
+            w.record(i, 1_000).unwrap();
+        }
+        let fast = w.cached_quantile().unwrap();
+        assert!(fast.abs_diff(1_000) <= 10, "{fast}");
+        for i in 0..3000 {
+            w.record(10 * SEC + i, 9_000).unwrap();
+        }
+        let slow = w.cached_quantile().unwrap();
+        assert!(slow.abs_diff(9_000) <= 90, "{slow}");
+        // The cache equals a fresh query once refreshed.
+        w.refresh();
+        assert_eq!(w.cached_quantile_f64(), w.quantile(0.5).unwrap());
+    }
+
+    #[test]
+    fn a_clock_stepped_back_does_not_stop_rotation() {
+        let mut w = window();
+        let t = 7_200 * SEC;
+        w.record(t, 100).unwrap();
+        w.record(t - 3_600 * SEC, 200).unwrap(); // one hour back
+                                                 // Rotation goes on from the new time, not an hour later.
+        w.record(t - 3_600 * SEC + 11 * SEC, 300).unwrap();
+        assert_eq!(w.rotations(), 1);
+        w.record(t - 3_600 * SEC + 22 * SEC, 400).unwrap();
+        assert_eq!(w.rotations(), 2);
+        assert_eq!(w.count(), 2);
+    }
+
+    #[test]
+    fn rotates_on_samples_and_waits_for_min_samples() {
+        let rotation = Rotation {
+            period_ns: 10 * SEC,
+            min_samples: 5,
+            max_samples: 100,
+        };
+        let mapping = CubicMapping::new(0.01).unwrap();
+        let mut w: LatencyWindow = LatencyWindow::with_rotation(mapping, rotation, 0.5).unwrap();
+        for i in 0..250 {
+            w.record(i, 1_000).unwrap();
+        }
+        assert_eq!(w.rotations(), 2, "on count, within a nanosecond range");
+        assert_eq!(w.count(), 150);
+        // A slow trickle: one sample every 9 s. Time alone rotates only once
+        // the current half holds 5, so the window never runs dry.
+        let mut w: LatencyWindow = LatencyWindow::with_rotation(mapping, rotation, 0.5).unwrap();
+        for i in 0..100 {
+            w.record(i * 9 * SEC, 1_000).unwrap();
+            if i >= 5 {
+                assert!(w.count() >= 5, "{i}: {}", w.count());
+            }
+        }
+        // Reads never change the window; after two idle periods it reads cold.
+        let last = 99 * 9 * SEC;
+        assert!(w.quantile_at(last + 19 * SEC).is_some());
+        assert_eq!(w.quantile_at(last + 20 * SEC), None);
+        assert_eq!(w.count_at(last + 20 * SEC), 0);
+        assert!(w.count() > 0);
+    }
+
+    #[test]
+    fn censored_samples_enter_the_estimate_without_pulling_it_down() {
+        let mut w = window();
+        for i in 0..1000u64 {
+            w.record(i, 1_000 + (i % 100) * 10).unwrap(); // 1000 ..= 1990
+            w.record_censored(i, 5).unwrap(); // tiny: cancelled just after send
+        }
+        let median = w.quantile(0.5).unwrap().unwrap();
+        // The exact lower median of the exact samples is 1490.
+        assert!((median - 1_490.0).abs() <= 0.011 * 1_490.0, "{median}");
+        assert_eq!(w.censored_count(), 1000);
+    }
+
+    #[test]
+    fn rejects_bad_quantile() {
+        assert!(LatencyWindow::<CubicMapping>::new(0.01, SEC, 1.5).is_err());
+        assert!(LatencyWindow::<CubicMapping>::new(0.01, SEC, f64::NAN).is_err());
+    }
+}

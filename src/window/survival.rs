@@ -1,0 +1,206 @@
+//! Kaplan–Meier's product-limit quantile over bucketed samples.
+//!
+//! A hedged request cancels its losers: their elapsed time says only "this
+//! attempt takes at least `t`" — a right-censored sample. Treating it as a
+//! full sample biases quantiles low (a hedge cancelled 1 ms after its send
+//! would count as a 1 ms answer); dropping it biases them too (only the
+//! attempts that beat the others remain). The product-limit estimator uses
+//! both without bias as long as the censoring time does not depend on the
+//! attempt's own latency, which holds for hedging: an attempt is cancelled
+//! when *another* attempt answers.
+//!
+//! With exact counts `dᵢ` and censored counts `cᵢ` per bucket, in ascending
+//! bucket order, and `rᵢ` the samples (of either kind) in buckets `≥ i`:
+//!
+//! ```text
+//! S(i) = Π_{j ≤ i} (1 − d_j / r_j),   F(i) = 1 − S(i)
+//! ```
+//!
+//! A censored sample shares the risk set of the exact samples of its own
+//! bucket (it was cancelled no earlier than the bucket's lower bound). The
+//! quantile is the first bucket with `F(i) > q·(n−1)/n`, which is exactly
+//! the sketch's own rank rule when nothing is censored.
+
+use crate::mapping::IndexMapping;
+use crate::sketch::DDSketch;
+use crate::store::{NoStore, Store};
+
+/// One sketch of exact samples and one of censored ones, bucketed alike.
+pub(crate) struct Pair<'a, M: IndexMapping, S: Store> {
+    pub(crate) exact: &'a DDSketch<M, S, NoStore>,
+    pub(crate) censored: &'a DDSketch<M, S, NoStore>,
+}
+
+/// The product-limit `q`-quantile of the union of `halves`, clamped into
+/// the observed `[min, max]`; `None` when they hold no sample. When the
+/// estimate never reaches `q` (the upper tail was only ever seen censored)
+/// the answer is the largest value seen: a lower bound of the quantile.
+///
+/// Cost: one pass over the occupied buckets of the four stores.
+pub(crate) fn quantile<M: IndexMapping, S: Store>(
+    halves: [Pair<'_, M, S>; 2],
+    q: f64,
+) -> Option<f64> {
+    let [a, b] = halves;
+    let exact = a.exact.count().saturating_add(b.exact.count());
+    let censored = a.censored.count().saturating_add(b.censored.count());
+    let n = exact.saturating_add(censored);
+    if n == 0 {
+        return None;
+    }
+    let sketches = [a.exact, b.exact, a.censored, b.censored];
+    let mut min = f64::INFINITY;
+    let mut max = f64::NEG_INFINITY;
+    for s in sketches {
+        min = min.min(s.min().unwrap_or(f64::INFINITY));
+        max = max.max(s.max().unwrap_or(f64::NEG_INFINITY));
+    }
+    if censored == 0 {
+        // No censoring: the product reduces to the empirical distribution,
+        // which the sketch computes exactly in integers.
+        return a.exact.quantile_with(b.exact, q).ok().flatten();
+    }
+    let n_f = n as f64;
+    let threshold = q * (n_f - 1.0) / n_f;
+    let mut at_risk = n_f;
+    let mut survival = 1.0_f64;
+    let mut step = |d: u64, c: u64| -> bool {
+        if d > 0 && at_risk > 0.0 {
+            survival *= 1.0 - d as f64 / at_risk;
+        }
+        at_risk -= (d.saturating_add(c)) as f64;
+        1.0 - survival > threshold
+    };
+    let zeros_exact = a.exact.zero_count().saturating_add(b.exact.zero_count());
+    let zeros_censored = a
+        .censored
+        .zero_count()
+        .saturating_add(b.censored.zero_count());
+    if step(zeros_exact, zeros_censored) {
+        return Some(clamp(0.0, min, max));
+    }
+    let mapping = a.exact.mapping();
+    let mut bins = [
+        a.exact.positive_store().bins().peekable(),
+        b.exact.positive_store().bins().peekable(),
+        a.censored.positive_store().bins().peekable(),
+        b.censored.positive_store().bins().peekable(),
+    ];
+    // The smallest key at the head of the four ascending runs, in turn.
+    while let Some(key) = bins
+        .iter_mut()
+        .filter_map(|it| it.peek().map(|&(k, _)| k))
+        .min()
+    {
+        let mut counts = [0u64; 4];
+        for (it, count) in bins.iter_mut().zip(counts.iter_mut()) {
+            if let Some((_, c)) = it.next_if(|&(k, _)| k == key) {
+                *count = u64::from(c);
+            }
+        }
+        let [ea, eb, ca, cb] = counts;
+        // Four `u32` counts cannot overflow a `u64`.
+        if step(ea.saturating_add(eb), ca.saturating_add(cb)) {
+            return Some(clamp(mapping.value(key), min, max));
+        }
+    }
+    Some(max)
+}
+
+fn clamp(v: f64, min: f64, max: f64) -> f64 {
+    if v < min {
+        min
+    } else if v > max {
+        max
+    } else {
+        v
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mapping::CubicMapping;
+    use crate::store::CollapsingLowestStore;
+
+    type Sketch = DDSketch<CubicMapping, CollapsingLowestStore<1024>, NoStore>;
+
+    fn sketch() -> Sketch {
+        Sketch::with_mapping(CubicMapping::new(0.01).unwrap())
+    }
+
+    fn km(exact: &Sketch, censored: &Sketch, q: f64) -> Option<f64> {
+        let empty = sketch();
+        quantile(
+            [
+                Pair { exact, censored },
+                Pair {
+                    exact: &empty,
+                    censored: &empty,
+                },
+            ],
+            q,
+        )
+    }
+
+    #[test]
+    fn without_censoring_it_is_the_sketch_quantile() {
+        let mut e = sketch();
+        for v in 1..=100 {
+            e.add(f64::from(v)).unwrap();
+        }
+        for q in [0.0, 0.25, 0.5, 0.9, 0.99, 1.0] {
+            assert_eq!(km(&e, &sketch(), q), e.quantile(q).unwrap());
+        }
+        assert_eq!(km(&sketch(), &sketch(), 0.5), None);
+    }
+
+    #[test]
+    fn censored_samples_count_in_the_population() {
+        // 100 exact samples 1..=100, plus 100 attempts cancelled at 50: those
+        // took at least 50, so below 50 the distribution of all 200 is
+        // F(t) = t / 200, and the p10 is 20, the p25 is 50.
+        let mut e = sketch();
+        let mut c = sketch();
+        for v in 1..=100 {
+            e.add(f64::from(v)).unwrap();
+            c.add(50.0).unwrap();
+        }
+        let p10 = km(&e, &c, 0.10).unwrap();
+        assert!((p10 - 20.0).abs() <= 0.011 * 20.0, "{p10}");
+        let p25 = km(&e, &c, 0.25).unwrap();
+        assert!((p25 - 50.0).abs() <= 0.011 * 50.0, "{p25}");
+        // Above 50 the censored ones are taken to follow the exact ones:
+        // S falls from 3/4 to 0 evenly over 51..=100, so S = 1/4 at 83⅓.
+        let p75 = km(&e, &c, 0.75).unwrap();
+        assert!((p75 - 84.0).abs() <= 0.011 * 84.0, "{p75}");
+    }
+
+    #[test]
+    fn hand_computed_product_limit() {
+        // Exact 1, 2, 4; censored at 3. S(1) = 3/4, S(2) = 3/4 · 2/3 = 1/2,
+        // S(4) = 0. Threshold for q = 0.5: 0.5 · 3/4 = 0.375 → bucket of 2.
+        let mut e = sketch();
+        let mut c = sketch();
+        for v in [1.0, 2.0, 4.0] {
+            e.add(v).unwrap();
+        }
+        c.add(3.0).unwrap();
+        let got = km(&e, &c, 0.5).unwrap();
+        assert!((got - 2.0).abs() <= 0.02 * 2.0, "{got}");
+        // q = 0.9: threshold 0.675 > F(2) = 0.5 → the bucket of 4.
+        let got = km(&e, &c, 0.9).unwrap();
+        assert!((got - 4.0).abs() <= 0.04, "{got}");
+    }
+
+    #[test]
+    fn only_censored_above_gives_the_largest_value() {
+        let mut e = sketch();
+        let mut c = sketch();
+        e.add(1.0).unwrap();
+        for _ in 0..10 {
+            c.add(7.0).unwrap();
+        }
+        assert_eq!(km(&e, &c, 0.99), Some(7.0));
+    }
+}
