@@ -1,0 +1,420 @@
+//! The hedger under production traffic, item by item: clock anomalies are
+//! survived *and recovered from*, dropped requests release what they held,
+//! low rates stay warm, high rates follow change in seconds, more targets
+//! than slots keep hedging, timers and delays have one truth, retryable
+//! failures release the next attempt, attempts are recorded where they
+//! went. Each test asserts the property, not just the absence of a panic.
+
+mod support;
+
+use proptest::prelude::*;
+use support::{data_driven, race, run_request, Backend, MS, SEC};
+use tailguard::budget::{Budget, TokenBucket};
+use tailguard::hedge::{
+    Attempt, CommitOutcome, DelaySource, Failure, FailureOutcome, HedgeConfig, Hedger,
+    Idempotency, NoHedge, Plan, TimerAction,
+};
+
+const IDEMPOTENT: Idempotency = Idempotency::Idempotent;
+/// A wall-clock timestamp (2023, ns since the Unix epoch) among monotonic ones.
+const WALL_CLOCK: u64 = 1_700_000_000_000_000_000;
+
+fn unlimited(config: HedgeConfig) -> Hedger {
+    Hedger::with_budget(config, Budget::Unlimited).unwrap()
+}
+
+/// `requests` requests `gap` apart from `t0` on `backend`; returns the time
+/// after the last.
+fn traffic(h: &mut Hedger, backend: &mut Backend, t0: u64, gap: u64, requests: u64) -> u64 {
+    for i in 0..requests {
+        run_request(h, backend, (), t0 + i * gap);
+    }
+    t0 + requests * gap
+}
+
+/// The delay is within `tol` (relative) of the backend's true p90.
+fn assert_delay_near(h: &Hedger, backend: &Backend, now: u64, tol: f64) {
+    let truth = backend.quantile(0.9);
+    let delay = h.delay_ns(&(), now).expect("warm") as f64;
+    assert!(
+        (delay / truth - 1.0).abs() <= tol,
+        "delay {delay:.0} ns vs true p90 {truth:.0} ns"
+    );
+}
+
+// ---------------------------------------------------------------------
+// 1. Clock anomalies
+// ---------------------------------------------------------------------
+
+#[test]
+fn a_far_future_timestamp_changes_no_estimate() {
+    for bad in [WALL_CLOCK, u64::MAX / 2, u64::MAX] {
+        let mut h = unlimited(HedgeConfig::DEFAULT);
+        let mut b = Backend::lognormal(5.0, 0.3, 1);
+        let mut t = traffic(&mut h, &mut b, SEC, 10 * MS, 3_000);
+        // A request started at a far-future time, committed at a true one:
+        // the commit comes "before" its send.
+        let mut r = h.start((), bad, IDEMPOTENT);
+        h.on_commit(&mut r, Attempt::PRIMARY, t + 5 * MS);
+        // A request committed at a far-future time: decades of latency.
+        let mut r = h.start((), t, IDEMPOTENT);
+        h.on_commit(&mut r, Attempt::PRIMARY, bad);
+        // A timer from the far future sends a hedge; its loss is refused too.
+        let mut r = h.start((), t, IDEMPOTENT);
+        if let TimerAction::SendHedge(a) = h.on_timer(&mut r, bad) {
+            h.on_commit(&mut r, a, bad);
+        }
+        let s = h.stats();
+        assert_eq!(s.clock_anomalies, 1);
+        assert!(s.samples_refused >= 2, "{s:?}");
+        t = traffic(&mut h, &mut b, t, 10 * MS, 3_000);
+        let w = h.window(&()).unwrap();
+        assert!(w.current().collapse().is_none(), "a decade-long sample collapsed the sketch");
+        assert!(w.current().max().unwrap() < 100.0 * MS as f64);
+        assert_delay_near(&h, &b, t, 0.05);
+    }
+}
+
+#[test]
+fn a_clock_stepped_back_an_hour_keeps_rotating() {
+    // One request a second: time, not sample count, rotates the window.
+    let mut h = unlimited(HedgeConfig::DEFAULT);
+    let mut b = Backend::lognormal(5.0, 0.05, 2);
+    let t = traffic(&mut h, &mut b, 7_200 * SEC, SEC, 120);
+    assert_delay_near(&h, &b, t, 0.03);
+    // The clock steps back an hour and stays there; the backend slows ×2.
+    let back = t - 3_600 * SEC;
+    b.scale = 2.0;
+    let rotations = h.window(&()).unwrap().rotations();
+    let t = traffic(&mut h, &mut b, back, SEC, 70);
+    assert!(h.window(&()).unwrap().rotations() >= rotations + 2);
+    // Within two rotation periods (and the 20-sample minimum) the delay is
+    // the new p90 (a stale one would be 50 % off), estimated from the ~40
+    // samples since: α plus sampling noise.
+    assert_delay_near(&h, &b, t, 0.05);
+}
+
+#[test]
+fn a_clock_jumped_forward_for_good_recovers_after_min_samples() {
+    let mut h = unlimited(HedgeConfig::DEFAULT);
+    let mut b = Backend::lognormal(5.0, 0.05, 3);
+    traffic(&mut h, &mut b, 0, 100 * MS, 300);
+    // A real jump of a year: an idle gap, then normal traffic from there.
+    let t = 365 * 86_400 * SEC;
+    b.scale = 3.0;
+    assert_eq!(h.delay_ns(&(), t), None, "after two idle periods: cold");
+    let t = traffic(&mut h, &mut b, t, 100 * MS, 25);
+    assert_delay_near(&h, &b, t, 0.03);
+}
+
+#[test]
+fn one_timestamp_cannot_pin_a_table_entry() {
+    let mut h: Hedger<u32, Budget, 4> =
+        Hedger::with_budget(HedgeConfig::DEFAULT, Budget::Unlimited).unwrap();
+    let mut b = Backend::lognormal(5.0, 0.3, 4);
+    run_request(&mut h, &mut b, 7, WALL_CLOCK);
+    for i in 0..10 {
+        run_request(&mut h, &mut b, 1, i * SEC);
+    }
+    assert_eq!(h.targets(), 2);
+    // Target 7 was last used at a wall-clock time: far from any true now.
+    assert_eq!(h.evict_idle(20 * SEC, 600 * SEC), 1);
+    assert!(h.window(&7).is_none() && h.window(&1).is_some());
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(if cfg!(miri) { 2 } else { 48 }))]
+
+    /// Any single anomalous timestamp (any `u64`) in any event of a warm
+    /// hedger, then a clock step of any size either way that stays: the
+    /// delay is back within α plus noise of the true p90 within two
+    /// rotation periods of normal traffic, and no sample over
+    /// `max_sample_ns` is ever recorded.
+    #[test]
+    fn recovers_from_any_timestamp_anomaly(
+        bad in any::<u64>(),
+        event in 0u8..3,
+        step in any::<i64>(),
+        seed in any::<u64>(),
+    ) {
+        let mut h = unlimited(HedgeConfig::DEFAULT);
+        let mut b = Backend::lognormal(5.0, 0.05, seed);
+        let base = 1u64 << 62;
+        let t = traffic(&mut h, &mut b, base, 50 * MS, 200);
+        let mut r = h.start((), if event == 0 { bad } else { t }, IDEMPOTENT);
+        match event {
+            0 | 1 => { h.on_commit(&mut r, Attempt::PRIMARY, if event == 1 { bad } else { t + 5 * MS }); }
+            _ => {
+                if let TimerAction::SendHedge(a) = h.on_timer(&mut r, bad) {
+                    h.on_commit(&mut r, a, bad.saturating_add(MS));
+                }
+            }
+        }
+        let resume = t.saturating_add_signed(step).min(u64::MAX - 1_000 * SEC);
+        b.scale = 1.5;
+        // Two rotation periods of traffic at 20 requests a second.
+        let end = traffic(&mut h, &mut b, resume, 50 * MS, 1_200);
+        assert_delay_near(&h, &b, end, 0.04);
+        let w = h.window(&()).unwrap();
+        let max = w.current().max().into_iter().chain(w.previous().max()).fold(0.0, f64::max);
+        prop_assert!(max <= h.config().max_sample_ns as f64);
+    }
+}
+
+// ---------------------------------------------------------------------
+// 2. Dropped requests release what they held
+// ---------------------------------------------------------------------
+
+#[test]
+fn dropped_requests_release_in_flight_capacity_after_the_lease() {
+    let lease = 2 * SEC;
+    let config = HedgeConfig::DEFAULT
+        .prior_delay_ns(MS)
+        .max_hedges(2)
+        .max_hedges_in_flight(2)
+        .in_flight_lease_ns(lease);
+    let mut h = unlimited(config);
+    // Drop requests in every phase: before the timer, after one hedge,
+    // after two hedges, after a hedge failed.
+    let r = h.start((), 0, IDEMPOTENT);
+    drop(r);
+    let mut r = h.start((), 0, IDEMPOTENT);
+    assert!(matches!(h.on_timer(&mut r, MS), TimerAction::SendHedge(_)));
+    drop(r);
+    let mut r = h.start((), 0, IDEMPOTENT);
+    assert!(matches!(h.on_timer(&mut r, MS), TimerAction::SendHedge(_)));
+    drop(r);
+    assert_eq!(h.hedges_in_flight(MS), 2);
+    let mut r = h.start((), 0, IDEMPOTENT);
+    assert_eq!(h.on_timer(&mut r, MS), TimerAction::Skip(NoHedge::InFlightLimit));
+    drop(r);
+    // After the lease the capacity is back without a single call.
+    let later = MS + lease;
+    assert_eq!(h.hedges_in_flight(later), 0);
+    let mut r = h.start((), later, IDEMPOTENT);
+    assert!(matches!(h.on_timer(&mut r, later + MS), TimerAction::SendHedge(_)));
+    let mut r2 = h.start((), later, IDEMPOTENT);
+    assert!(matches!(h.on_timer(&mut r2, later + MS), TimerAction::SendHedge(_)));
+    // A finished request releases at once.
+    h.on_commit(&mut r, Attempt::PRIMARY, later + 2 * MS);
+    assert_eq!(h.hedges_in_flight(later + 2 * MS), 1);
+    let out = h.on_failure(&mut r2, Attempt(1), later + 3 * MS, Failure::Retryable);
+    assert!(matches!(out, FailureOutcome::SendNow(Attempt(2))), "{out:?}");
+    drop(r2);
+    assert!(h.stats().leases_expired <= 2);
+    let s = h.hedges_in_flight(later + 3 * MS + lease);
+    assert_eq!(s, 0);
+}
+
+// ---------------------------------------------------------------------
+// 4. and 5. Low rates stay warm, high rates follow change
+// ---------------------------------------------------------------------
+
+#[test]
+fn half_a_request_a_second_stays_warm_with_defaults() {
+    let mut h = Hedger::new(HedgeConfig::DEFAULT).unwrap();
+    let mut b = Backend::lognormal(5.0, 0.5, 5);
+    let (mut warm, mut after_first_minute) = (0, 0);
+    for i in 0..1_200u64 {
+        let t = i * 2 * SEC; // 40 minutes at 0.5 requests/s
+        let (plan, _) = run_request(&mut h, &mut b, (), t);
+        if t >= 60 * SEC {
+            after_first_minute += 1;
+            warm += u32::from(data_driven(plan));
+        }
+    }
+    let share = f64::from(warm) / f64::from(after_first_minute);
+    assert!(share >= 0.95, "{share}");
+    // Once warm, never cold again while requests keep coming.
+    assert!(h.stats().cold_starts <= 30, "{:?}", h.stats());
+}
+
+#[test]
+fn a_thousand_requests_a_second_follow_a_step_within_five_seconds() {
+    let mut h = unlimited(HedgeConfig::DEFAULT);
+    let mut b = Backend::lognormal(5.0, 0.5, 6);
+    let gap = SEC / 1_000;
+    let t = traffic(&mut h, &mut b, 0, gap, 60_000);
+    assert_delay_near(&h, &b, t, 0.10);
+    b.scale = 2.0;
+    let t = traffic(&mut h, &mut b, t, gap, 5_000);
+    assert_delay_near(&h, &b, t, 0.10);
+}
+
+// ---------------------------------------------------------------------
+// 7. More targets than slots
+// ---------------------------------------------------------------------
+
+#[test]
+fn more_equal_targets_than_slots_still_hedge_from_the_aggregate() {
+    let mut h: Hedger<u32, Budget, 2> =
+        Hedger::with_budget(HedgeConfig::DEFAULT, Budget::Unlimited).unwrap();
+    let mut b = Backend::lognormal(5.0, 0.5, 7);
+    let mut data = 0;
+    for i in 0..30_000u64 {
+        let (plan, _) = run_request(&mut h, &mut b, (i % 4) as u32, i * MS);
+        data += u32::from(i >= 1_000 && data_driven(plan));
+    }
+    assert!(data >= 28_900, "{data} of 29 000 had a data-driven delay");
+    assert!(h.stats().hedges_sent > 2_000, "{:?}", h.stats());
+}
+
+#[test]
+fn a_hot_key_keeps_its_slot_among_cold_ones() {
+    let mut h: Hedger<u32, Budget, 4> =
+        Hedger::with_budget(HedgeConfig::DEFAULT, Budget::Unlimited).unwrap();
+    let mut b = Backend::lognormal(5.0, 0.5, 8);
+    let (mut hot, mut own) = (0, 0);
+    for i in 0..30_000u64 {
+        let key = if i % 2 == 0 { 0 } else { 1 + (i / 2 % 12) as u32 };
+        let (plan, _) = run_request(&mut h, &mut b, key, i * MS);
+        if key == 0 && i > 1_000 {
+            hot += 1;
+            own += u32::from(matches!(plan, Plan::Hedge { source: DelaySource::Target, .. }));
+        }
+    }
+    assert!(f64::from(own) / f64::from(hot) >= 0.95, "{own} of {hot}");
+}
+
+#[test]
+fn churn_cannot_refill_per_target_budgets() {
+    // One slot, two alternating targets, one hedge a minute each.
+    let bucket = TokenBucket::with_interval(60 * SEC, 1).unwrap();
+    let config = HedgeConfig::DEFAULT.prior_delay_ns(MS);
+    let mut h: Hedger<u32, TokenBucket, 1> = Hedger::with_budget_per_target(config, bucket).unwrap();
+    for i in 0..1_000u64 {
+        let t = i * MS;
+        let mut r = h.start((i % 2) as u32, t, IDEMPOTENT);
+        let _ = h.on_timer(&mut r, t + MS);
+        h.on_commit(&mut r, Attempt::PRIMARY, t + 2 * MS);
+    }
+    assert!(h.stats().hedges_sent <= 2, "{:?}", h.stats());
+    assert!(h.stats().evictions >= 998);
+}
+
+#[test]
+fn an_evicted_target_with_an_unlimited_budget_still_hedges() {
+    let config = HedgeConfig::DEFAULT.prior_delay_ns(MS);
+    let mut h: Hedger<u32, Budget, 1> = Hedger::with_budget_per_target(config, Budget::Unlimited).unwrap();
+    let mut a = h.start(1, 0, IDEMPOTENT);
+    let mut b = h.start(2, 0, IDEMPOTENT); // evicts target 1
+    assert!(matches!(h.on_timer(&mut a, MS), TimerAction::SendHedge(_)));
+    assert!(matches!(h.on_timer(&mut b, MS), TimerAction::SendHedge(_)));
+    h.on_commit(&mut a, Attempt::PRIMARY, 2 * MS);
+    h.on_commit(&mut b, Attempt(1), 2 * MS);
+    let s = h.stats();
+    assert_eq!(s.budget_denials, 0);
+    assert_eq!((s.samples, s.censored_samples, s.samples_refused), (2, 2, 0));
+}
+
+// ---------------------------------------------------------------------
+// 8. One truth for timers and delays
+// ---------------------------------------------------------------------
+
+#[test]
+fn the_timer_covers_the_deadline_in_every_plan() {
+    // Prior 50 ms, deadline 10 ms: the timer is the deadline.
+    let mut h = unlimited(HedgeConfig::DEFAULT.prior_delay_ns(50 * MS).deadline_ns(10 * MS));
+    let mut r = h.start((), 0, IDEMPOTENT);
+    assert_eq!(r.plan(), Plan::Hedge { delay_ns: 50 * MS, source: DelaySource::Prior });
+    assert_eq!(r.next_timer(), Some(10 * MS));
+    assert!(matches!(h.on_timer(&mut r, 10 * MS), TimerAction::GiveUp { .. }));
+    // Cold, no prior: no hedge, but the deadline still has a timer.
+    let mut h = unlimited(HedgeConfig::DEFAULT.deadline_ns(10 * MS));
+    let mut r = h.start((), 0, IDEMPOTENT);
+    assert_eq!(r.plan(), Plan::NoHedge(NoHedge::ColdStart));
+    assert_eq!(r.next_timer(), Some(10 * MS));
+    assert!(matches!(h.on_timer(&mut r, 10 * MS), TimerAction::GiveUp { .. }));
+}
+
+#[test]
+fn a_zero_delay_is_a_delay_and_reads_take_now() {
+    let mut h = unlimited(HedgeConfig::DEFAULT.prior_delay_ns(0).min_delay_ns(0));
+    let r = h.start((), 0, IDEMPOTENT);
+    assert_eq!(r.delay_ns(), Some(0));
+    assert_eq!(r.next_timer(), Some(0));
+    drop(r);
+    let mut h = unlimited(HedgeConfig::DEFAULT);
+    let mut b = Backend::lognormal(5.0, 0.3, 9);
+    let t = traffic(&mut h, &mut b, 0, 10 * MS, 100);
+    assert!(h.delay_ns(&(), t).is_some());
+    // Two idle periods later the same read says cold, without any event.
+    assert_eq!(h.delay_ns(&(), t + 60 * SEC), None);
+    assert_eq!(h.plan(&(), t + 60 * SEC), Plan::NoHedge(NoHedge::ColdStart));
+}
+
+// ---------------------------------------------------------------------
+// 9. Failures
+// ---------------------------------------------------------------------
+
+#[test]
+fn a_retryable_failure_releases_the_next_attempt_now() {
+    let mut h = unlimited(HedgeConfig::DEFAULT.prior_delay_ns(10 * MS));
+    let mut r = h.start((), 0, IDEMPOTENT);
+    assert_eq!(
+        h.on_failure(&mut r, Attempt::PRIMARY, MS, Failure::Retryable),
+        FailureOutcome::SendNow(Attempt(1))
+    );
+    assert_eq!(r.next_timer(), None, "one hedge allowed: nothing more is due");
+    // The released attempt failing too, with nothing left: give up.
+    assert!(matches!(
+        h.on_failure(&mut r, Attempt(1), 2 * MS, Failure::Retryable),
+        FailureOutcome::GiveUp { .. }
+    ));
+    // A fatal failure ends the request at once, cancelling the rest.
+    let mut r = h.start((), 0, IDEMPOTENT);
+    assert!(matches!(h.on_timer(&mut r, 10 * MS), TimerAction::SendHedge(_)));
+    assert_eq!(
+        h.on_failure(&mut r, Attempt(1), 11 * MS, Failure::Fatal),
+        FailureOutcome::GiveUp { cancel: tailguard::hedge::AttemptSet::EMPTY.with(Attempt::PRIMARY) }
+    );
+    // Not idempotent: never duplicated, not even after a failure.
+    let mut r = h.start((), 0, Idempotency::NotIdempotent);
+    assert!(matches!(
+        h.on_failure(&mut r, Attempt::PRIMARY, MS, Failure::Retryable),
+        FailureOutcome::GiveUp { .. }
+    ));
+    assert_eq!(h.stats().retries_released, 1);
+}
+
+#[test]
+fn a_retry_waits_for_budget_like_a_hedge() {
+    let mut h: Hedger = Hedger::with_budget(HedgeConfig::DEFAULT.prior_delay_ns(MS), Budget::Never).unwrap();
+    let mut r = h.start((), 0, IDEMPOTENT);
+    assert!(matches!(
+        h.on_failure(&mut r, Attempt::PRIMARY, MS, Failure::Retryable),
+        FailureOutcome::GiveUp { .. }
+    ));
+    assert_eq!(h.stats().budget_denials, 1);
+}
+
+// ---------------------------------------------------------------------
+// 10. Attempts sent to other targets
+// ---------------------------------------------------------------------
+
+#[test]
+fn each_attempt_is_recorded_under_its_own_target() {
+    let config = HedgeConfig::DEFAULT.prior_delay_ns(MS);
+    let mut h: Hedger<u32, Budget, 4> = Hedger::with_budget(config, Budget::Unlimited).unwrap();
+    let mut r = h.start(1, 0, IDEMPOTENT);
+    let TimerAction::SendHedge(hedge) = h.on_timer(&mut r, MS) else { panic!() };
+    r.route(hedge, 2);
+    assert_eq!(r.target_of(hedge), Some(2));
+    let out = h.on_commit(&mut r, hedge, 3 * MS);
+    assert!(matches!(out, CommitOutcome::Won { .. }));
+    let slow = h.window(&1).unwrap();
+    let fast = h.window(&2).unwrap();
+    assert_eq!((slow.current().count(), slow.current_censored().count()), (0, 1));
+    assert_eq!((fast.current().count(), fast.current_censored().count()), (1, 0));
+    assert_eq!(h.aggregate_window().count(), 2);
+}
+
+// The driver must see the same request end to end.
+#[test]
+fn the_driver_races_to_a_commit() {
+    let mut h = unlimited(HedgeConfig::DEFAULT.prior_delay_ns(MS));
+    let mut b = Backend::lognormal(5.0, 0.3, 10);
+    let mut r = h.start((), 0, IDEMPOTENT);
+    let end = race(&mut h, &mut b, &mut r, 0);
+    assert!(r.is_finished() && end > 0);
+}
