@@ -8,8 +8,9 @@
 //! * [`DDSketch`]: a quantile sketch with a relative-error guarantee α, in
 //!   fixed memory (4 KiB by default), a few nanoseconds per
 //!   [`add`](DDSketch::add);
-//! * [`window::LatencyWindow`]: two sketches rotated by caller timestamps,
-//!   queried as one, with an O(1) cached quantile;
+//! * [`window::LatencyWindow`]: sketches of exact and censored samples in
+//!   two halves rotated by caller time and sample count, queried as one with
+//!   Kaplan–Meier's product-limit estimator, with an O(1) cached quantile;
 //! * [`budget`]: lock-free token budgets that cap hedges to a share of
 //!   traffic;
 //! * [`hedge::Hedger`]: the per-request state machine — when to hedge,
@@ -19,12 +20,13 @@
 //! call that needs time takes the caller's monotonic nanoseconds.
 //!
 //! ```
-//! use tailguard::hedge::{Attempt, HedgeConfig, Hedger, Idempotency, Plan};
+//! use tailguard::hedge::{Attempt, HedgeConfig, Hedger, Idempotency, NoHedge, Plan};
 //!
 //! let mut hedger = Hedger::new(HedgeConfig::DEFAULT)?;
-//! let (mut request, plan) = hedger.start((), 0, Idempotency::Idempotent);
-//! //                        ^^^^^ tens of ns: a table look-up, a budget deposit
-//! assert_eq!(plan, Plan::NoHedge(tailguard::hedge::NoHedge::ColdStart)); // no data yet
+//! let mut request = hedger.start((), 0, Idempotency::Idempotent);
+//! //                ^^^^^ tens of ns: a table look-up, a budget deposit
+//! assert_eq!(request.plan(), Plan::NoHedge(NoHedge::ColdStart)); // no data yet
+//! assert_eq!(request.next_timer(), None); // so no timer to arm
 //! hedger.on_commit(&mut request, Attempt::PRIMARY, 4_000_000);
 //! //     ^^^^^^^^^ records 4 ms in the window: a sketch add
 //! # Ok::<(), tailguard::hedge::ConfigError>(())
@@ -38,7 +40,10 @@
 //! refused with [`SketchError`] and change nothing. Out-of-order events
 //! (a second commit, a commit of an attempt never sent, a timer after the
 //! answer) get a documented "late"/"unknown"/"ignored" answer. Timestamps
-//! that go backwards, repeat or jump are survived. Counters saturate.
+//! that go backwards, repeat or jump are survived and recovered from: a
+//! latency that cannot be real is refused and counted, windows keep
+//! rotating, no table entry is pinned (see [`hedge`]'s *Time*). A request
+//! dropped mid-flight releases what it held on its own. Counters saturate.
 //!
 //! # Accuracy
 //! A sketch with relative accuracy α answers every quantile within α of

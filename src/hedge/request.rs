@@ -243,6 +243,21 @@ pub(crate) enum Phase {
 /// against [`max_hedges_in_flight`](super::HedgeConfig::max_hedges_in_flight)
 /// on their own within [`in_flight_lease_ns`](super::HedgeConfig::in_flight_lease_ns),
 /// and it held nothing else (budget tokens are spent when a hedge is sent).
+///
+/// ```compile_fail
+/// # use tailguard::hedge::{Hedger, HedgeConfig, Idempotency};
+/// let mut hedger = Hedger::new(HedgeConfig::DEFAULT).unwrap();
+/// let request = hedger.start((), 0, Idempotency::Idempotent);
+/// let copy = request.clone(); // a request is one value
+/// ```
+///
+/// ```compile_fail
+/// # use tailguard::hedge::{Attempt, Hedger, HedgeConfig, Idempotency};
+/// let mut hedger = Hedger::new(HedgeConfig::DEFAULT).unwrap();
+/// let request = hedger.start((), 0, Idempotency::Idempotent);
+/// let mut a = request;
+/// let mut b = request; // moved: it cannot be committed twice
+/// ```
 #[derive(Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 #[must_use = "a request must be driven to its end: arm a timer at `next_timer()` and report commits"]
