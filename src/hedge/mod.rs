@@ -653,10 +653,10 @@ fn estimate<S: Store>(
     window: &LatencyWindow<CubicMapping, S>,
     now: u64,
 ) -> Option<u64> {
-    if window.count_at(now) < config.min_samples {
+    if window.count() < config.min_samples || window.is_idle_at(now) {
         return None;
     }
     window
-        .quantile_at(now)
+        .cached_quantile()
         .map(|q| config.bound(config.scale(q)))
 }

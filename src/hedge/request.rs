@@ -67,9 +67,16 @@ impl AttemptSet {
 
     /// The attempts, in ascending order.
     pub fn iter(self) -> impl Iterator<Item = Attempt> {
-        (0..8u8)
-            .filter(move |&i| self.0 & (1 << i) != 0)
-            .map(Attempt)
+        let mut bits = self.0;
+        core::iter::from_fn(move || {
+            if bits == 0 {
+                return None;
+            }
+            // The lowest set bit, then clear it.
+            let i = bits.trailing_zeros() as u8;
+            bits &= bits.wrapping_sub(1);
+            Some(Attempt(i))
+        })
     }
 
     /// This set plus `attempt` (attempts beyond 7 are ignored).

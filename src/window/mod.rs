@@ -104,10 +104,6 @@ impl<M: IndexMapping, S: Store> Half<M, S> {
         }
     }
 
-    fn count(&self) -> u64 {
-        self.exact.count().saturating_add(self.censored.count())
-    }
-
     fn clear(&mut self) {
         self.exact.clear();
         self.censored.clear();
@@ -151,6 +147,10 @@ pub struct LatencyWindow<M: IndexMapping = CubicMapping, S: Store = CollapsingLo
     cached: Option<f64>,
     since_refresh: u64,
     rotations: u64,
+    /// Samples in the current half and in both, kept as they change so
+    /// that reads and the per-sample checks are field loads.
+    current_count: u64,
+    count: u64,
 }
 
 impl<M: IndexMapping + crate::FromRelativeAccuracy, S: Store> LatencyWindow<M, S> {
@@ -207,6 +207,8 @@ impl<M: IndexMapping, S: Store> LatencyWindow<M, S> {
             cached: None,
             since_refresh: 0,
             rotations: 0,
+            current_count: 0,
+            count: 0,
         })
     }
 
@@ -228,6 +230,8 @@ impl<M: IndexMapping, S: Store> LatencyWindow<M, S> {
         if gap >= self.idle_ns() {
             self.current.clear();
             self.previous.clear();
+            self.current_count = 0;
+            self.count = 0;
             self.current_start = Some(now);
             self.refresh();
             return;
@@ -238,7 +242,7 @@ impl<M: IndexMapping, S: Store> LatencyWindow<M, S> {
             return;
         }
         if now.saturating_sub(start) >= self.rotation.period_ns
-            && self.current.count() >= self.rotation.min_samples
+            && self.current_count >= self.rotation.min_samples
         {
             self.rotate(now);
         }
@@ -251,6 +255,8 @@ impl<M: IndexMapping, S: Store> LatencyWindow<M, S> {
     fn rotate(&mut self, now: u64) {
         core::mem::swap(&mut self.current, &mut self.previous);
         self.current.clear();
+        self.count = self.current_count;
+        self.current_count = 0;
         self.current_start = Some(now);
         self.rotations = self.rotations.saturating_add(1);
         self.refresh();
@@ -283,12 +289,14 @@ impl<M: IndexMapping, S: Store> LatencyWindow<M, S> {
 
     #[inline]
     fn after_sample(&mut self, now: u64) {
-        if self.current.count() >= self.rotation.max_samples {
+        self.current_count = self.current_count.saturating_add(1);
+        self.count = self.count.saturating_add(1);
+        if self.current_count >= self.rotation.max_samples {
             self.rotate(now);
             return;
         }
         self.since_refresh = self.since_refresh.saturating_add(1);
-        if self.since_refresh >= (self.count() / REFRESH_SHARE).max(1) {
+        if self.since_refresh >= (self.count / REFRESH_SHARE).max(1) {
             self.refresh();
         }
     }
@@ -325,6 +333,7 @@ impl<M: IndexMapping, S: Store> LatencyWindow<M, S> {
     }
 
     /// Samples (exact and censored) as of `now`: 0 after an idle gap.
+    #[inline]
     pub fn count_at(&self, now: u64) -> u64 {
         if self.is_idle_at(now) {
             0
@@ -333,7 +342,10 @@ impl<M: IndexMapping, S: Store> LatencyWindow<M, S> {
         }
     }
 
-    fn is_idle_at(&self, now: u64) -> bool {
+    /// Whether the window would be emptied at `now`: more than two periods
+    /// after its last timestamp.
+    #[inline]
+    pub fn is_idle_at(&self, now: u64) -> bool {
         self.current_start.is_some() && now.saturating_sub(self.last_seen) >= self.idle_ns()
     }
 
@@ -352,9 +364,10 @@ impl<M: IndexMapping, S: Store> LatencyWindow<M, S> {
         ))
     }
 
-    /// Samples in both halves, exact and censored.
+    /// Samples in both halves, exact and censored. O(1).
+    #[inline]
     pub fn count(&self) -> u64 {
-        self.current.count().saturating_add(self.previous.count())
+        self.count
     }
 
     /// Censored samples in both halves.
@@ -404,6 +417,8 @@ impl<M: IndexMapping, S: Store> LatencyWindow<M, S> {
     pub fn clear(&mut self) {
         self.current.clear();
         self.previous.clear();
+        self.current_count = 0;
+        self.count = 0;
         self.current_start = None;
         self.last_seen = 0;
         self.cached = None;
