@@ -11,8 +11,8 @@ use proptest::prelude::*;
 use support::{data_driven, race, run_request, Backend, MS, SEC};
 use tailguard::budget::{Budget, TokenBucket};
 use tailguard::hedge::{
-    Attempt, CommitOutcome, DelaySource, Failure, FailureOutcome, HedgeConfig, Hedger,
-    Idempotency, NoHedge, Plan, TimerAction,
+    Attempt, CommitOutcome, DelaySource, Failure, FailureOutcome, HedgeConfig, Hedger, Idempotency,
+    NoHedge, Plan, TimerAction,
 };
 
 const IDEMPOTENT: Idempotency = Idempotency::Idempotent;
@@ -69,7 +69,10 @@ fn a_far_future_timestamp_changes_no_estimate() {
         assert!(s.samples_refused >= 2, "{s:?}");
         t = traffic(&mut h, &mut b, t, 10 * MS, 3_000);
         let w = h.window(&()).unwrap();
-        assert!(w.current().collapse().is_none(), "a decade-long sample collapsed the sketch");
+        assert!(
+            w.current().collapse().is_none(),
+            "a decade-long sample collapsed the sketch"
+        );
         assert!(w.current().max().unwrap() < 100.0 * MS as f64);
         assert_delay_near(&h, &b, t, 0.05);
     }
@@ -186,20 +189,32 @@ fn dropped_requests_release_in_flight_capacity_after_the_lease() {
     drop(r);
     assert_eq!(h.hedges_in_flight(MS), 2);
     let mut r = h.start((), 0, IDEMPOTENT);
-    assert_eq!(h.on_timer(&mut r, MS), TimerAction::Skip(NoHedge::InFlightLimit));
+    assert_eq!(
+        h.on_timer(&mut r, MS),
+        TimerAction::Skip(NoHedge::InFlightLimit)
+    );
     drop(r);
     // After the lease the capacity is back without a single call.
     let later = MS + lease;
     assert_eq!(h.hedges_in_flight(later), 0);
     let mut r = h.start((), later, IDEMPOTENT);
-    assert!(matches!(h.on_timer(&mut r, later + MS), TimerAction::SendHedge(_)));
+    assert!(matches!(
+        h.on_timer(&mut r, later + MS),
+        TimerAction::SendHedge(_)
+    ));
     let mut r2 = h.start((), later, IDEMPOTENT);
-    assert!(matches!(h.on_timer(&mut r2, later + MS), TimerAction::SendHedge(_)));
+    assert!(matches!(
+        h.on_timer(&mut r2, later + MS),
+        TimerAction::SendHedge(_)
+    ));
     // A finished request releases at once.
     h.on_commit(&mut r, Attempt::PRIMARY, later + 2 * MS);
     assert_eq!(h.hedges_in_flight(later + 2 * MS), 1);
     let out = h.on_failure(&mut r2, Attempt(1), later + 3 * MS, Failure::Retryable);
-    assert!(matches!(out, FailureOutcome::SendNow(Attempt(2))), "{out:?}");
+    assert!(
+        matches!(out, FailureOutcome::SendNow(Attempt(2))),
+        "{out:?}"
+    );
     drop(r2);
     assert!(h.stats().leases_expired <= 2);
     let s = h.hedges_in_flight(later + 3 * MS + lease);
@@ -230,15 +245,28 @@ fn half_a_request_a_second_stays_warm_with_defaults() {
 }
 
 #[test]
-fn a_thousand_requests_a_second_follow_a_step_within_five_seconds() {
-    let mut h = unlimited(HedgeConfig::DEFAULT);
-    let mut b = Backend::lognormal(5.0, 0.5, 6);
-    let gap = SEC / 1_000;
-    let t = traffic(&mut h, &mut b, 0, gap, 60_000);
-    assert_delay_near(&h, &b, t, 0.10);
-    b.scale = 2.0;
-    let t = traffic(&mut h, &mut b, t, gap, 5_000);
-    assert_delay_near(&h, &b, t, 0.10);
+fn one_request_a_period_stays_warm_once_warm() {
+    let mut h = Hedger::new(HedgeConfig::DEFAULT).unwrap();
+    let mut b = Backend::lognormal(5.0, 0.5, 11);
+    for i in 0..200u64 {
+        let (plan, _) = run_request(&mut h, &mut b, (), i * 29 * SEC);
+        // Cold for the first 20 samples (`min_samples`), warm ever after.
+        assert_eq!(data_driven(plan), i >= 20, "request {i}: {plan:?}");
+    }
+}
+
+#[test]
+fn high_rates_follow_a_step_within_five_seconds() {
+    for rate in [500, 1_000, 4_000] {
+        let mut h = unlimited(HedgeConfig::DEFAULT);
+        let mut b = Backend::lognormal(5.0, 0.5, rate);
+        let gap = SEC / rate;
+        let t = traffic(&mut h, &mut b, 0, gap, 60 * rate);
+        assert_delay_near(&h, &b, t, 0.10);
+        b.scale = 2.0;
+        let t = traffic(&mut h, &mut b, t, gap, 5 * rate);
+        assert_delay_near(&h, &b, t, 0.10);
+    }
 }
 
 // ---------------------------------------------------------------------
@@ -266,11 +294,21 @@ fn a_hot_key_keeps_its_slot_among_cold_ones() {
     let mut b = Backend::lognormal(5.0, 0.5, 8);
     let (mut hot, mut own) = (0, 0);
     for i in 0..30_000u64 {
-        let key = if i % 2 == 0 { 0 } else { 1 + (i / 2 % 12) as u32 };
+        let key = if i % 2 == 0 {
+            0
+        } else {
+            1 + (i / 2 % 12) as u32
+        };
         let (plan, _) = run_request(&mut h, &mut b, key, i * MS);
         if key == 0 && i > 1_000 {
             hot += 1;
-            own += u32::from(matches!(plan, Plan::Hedge { source: DelaySource::Target, .. }));
+            own += u32::from(matches!(
+                plan,
+                Plan::Hedge {
+                    source: DelaySource::Target,
+                    ..
+                }
+            ));
         }
     }
     assert!(f64::from(own) / f64::from(hot) >= 0.95, "{own} of {hot}");
@@ -281,7 +319,8 @@ fn churn_cannot_refill_per_target_budgets() {
     // One slot, two alternating targets, one hedge a minute each.
     let bucket = TokenBucket::with_interval(60 * SEC, 1).unwrap();
     let config = HedgeConfig::DEFAULT.prior_delay_ns(MS);
-    let mut h: Hedger<u32, TokenBucket, 1> = Hedger::with_budget_per_target(config, bucket).unwrap();
+    let mut h: Hedger<u32, TokenBucket, 1> =
+        Hedger::with_budget_per_target(config, bucket).unwrap();
     for i in 0..1_000u64 {
         let t = i * MS;
         let mut r = h.start((i % 2) as u32, t, IDEMPOTENT);
@@ -295,7 +334,8 @@ fn churn_cannot_refill_per_target_budgets() {
 #[test]
 fn an_evicted_target_with_an_unlimited_budget_still_hedges() {
     let config = HedgeConfig::DEFAULT.prior_delay_ns(MS);
-    let mut h: Hedger<u32, Budget, 1> = Hedger::with_budget_per_target(config, Budget::Unlimited).unwrap();
+    let mut h: Hedger<u32, Budget, 1> =
+        Hedger::with_budget_per_target(config, Budget::Unlimited).unwrap();
     let mut a = h.start(1, 0, IDEMPOTENT);
     let mut b = h.start(2, 0, IDEMPOTENT); // evicts target 1
     assert!(matches!(h.on_timer(&mut a, MS), TimerAction::SendHedge(_)));
@@ -304,7 +344,10 @@ fn an_evicted_target_with_an_unlimited_budget_still_hedges() {
     h.on_commit(&mut b, Attempt(1), 2 * MS);
     let s = h.stats();
     assert_eq!(s.budget_denials, 0);
-    assert_eq!((s.samples, s.censored_samples, s.samples_refused), (2, 2, 0));
+    assert_eq!(
+        (s.samples, s.censored_samples, s.samples_refused),
+        (2, 2, 0)
+    );
 }
 
 // ---------------------------------------------------------------------
@@ -314,17 +357,33 @@ fn an_evicted_target_with_an_unlimited_budget_still_hedges() {
 #[test]
 fn the_timer_covers_the_deadline_in_every_plan() {
     // Prior 50 ms, deadline 10 ms: the timer is the deadline.
-    let mut h = unlimited(HedgeConfig::DEFAULT.prior_delay_ns(50 * MS).deadline_ns(10 * MS));
+    let mut h = unlimited(
+        HedgeConfig::DEFAULT
+            .prior_delay_ns(50 * MS)
+            .deadline_ns(10 * MS),
+    );
     let mut r = h.start((), 0, IDEMPOTENT);
-    assert_eq!(r.plan(), Plan::Hedge { delay_ns: 50 * MS, source: DelaySource::Prior });
+    assert_eq!(
+        r.plan(),
+        Plan::Hedge {
+            delay_ns: 50 * MS,
+            source: DelaySource::Prior
+        }
+    );
     assert_eq!(r.next_timer(), Some(10 * MS));
-    assert!(matches!(h.on_timer(&mut r, 10 * MS), TimerAction::GiveUp { .. }));
+    assert!(matches!(
+        h.on_timer(&mut r, 10 * MS),
+        TimerAction::GiveUp { .. }
+    ));
     // Cold, no prior: no hedge, but the deadline still has a timer.
     let mut h = unlimited(HedgeConfig::DEFAULT.deadline_ns(10 * MS));
     let mut r = h.start((), 0, IDEMPOTENT);
     assert_eq!(r.plan(), Plan::NoHedge(NoHedge::ColdStart));
     assert_eq!(r.next_timer(), Some(10 * MS));
-    assert!(matches!(h.on_timer(&mut r, 10 * MS), TimerAction::GiveUp { .. }));
+    assert!(matches!(
+        h.on_timer(&mut r, 10 * MS),
+        TimerAction::GiveUp { .. }
+    ));
 }
 
 #[test]
@@ -355,7 +414,11 @@ fn a_retryable_failure_releases_the_next_attempt_now() {
         h.on_failure(&mut r, Attempt::PRIMARY, MS, Failure::Retryable),
         FailureOutcome::SendNow(Attempt(1))
     );
-    assert_eq!(r.next_timer(), None, "one hedge allowed: nothing more is due");
+    assert_eq!(
+        r.next_timer(),
+        None,
+        "one hedge allowed: nothing more is due"
+    );
     // The released attempt failing too, with nothing left: give up.
     assert!(matches!(
         h.on_failure(&mut r, Attempt(1), 2 * MS, Failure::Retryable),
@@ -363,10 +426,15 @@ fn a_retryable_failure_releases_the_next_attempt_now() {
     ));
     // A fatal failure ends the request at once, cancelling the rest.
     let mut r = h.start((), 0, IDEMPOTENT);
-    assert!(matches!(h.on_timer(&mut r, 10 * MS), TimerAction::SendHedge(_)));
+    assert!(matches!(
+        h.on_timer(&mut r, 10 * MS),
+        TimerAction::SendHedge(_)
+    ));
     assert_eq!(
         h.on_failure(&mut r, Attempt(1), 11 * MS, Failure::Fatal),
-        FailureOutcome::GiveUp { cancel: tailguard::hedge::AttemptSet::EMPTY.with(Attempt::PRIMARY) }
+        FailureOutcome::GiveUp {
+            cancel: tailguard::hedge::AttemptSet::EMPTY.with(Attempt::PRIMARY)
+        }
     );
     // Not idempotent: never duplicated, not even after a failure.
     let mut r = h.start((), 0, Idempotency::NotIdempotent);
@@ -379,7 +447,8 @@ fn a_retryable_failure_releases_the_next_attempt_now() {
 
 #[test]
 fn a_retry_waits_for_budget_like_a_hedge() {
-    let mut h: Hedger = Hedger::with_budget(HedgeConfig::DEFAULT.prior_delay_ns(MS), Budget::Never).unwrap();
+    let mut h: Hedger =
+        Hedger::with_budget(HedgeConfig::DEFAULT.prior_delay_ns(MS), Budget::Never).unwrap();
     let mut r = h.start((), 0, IDEMPOTENT);
     assert!(matches!(
         h.on_failure(&mut r, Attempt::PRIMARY, MS, Failure::Retryable),
@@ -397,15 +466,23 @@ fn each_attempt_is_recorded_under_its_own_target() {
     let config = HedgeConfig::DEFAULT.prior_delay_ns(MS);
     let mut h: Hedger<u32, Budget, 4> = Hedger::with_budget(config, Budget::Unlimited).unwrap();
     let mut r = h.start(1, 0, IDEMPOTENT);
-    let TimerAction::SendHedge(hedge) = h.on_timer(&mut r, MS) else { panic!() };
+    let TimerAction::SendHedge(hedge) = h.on_timer(&mut r, MS) else {
+        panic!()
+    };
     r.route(hedge, 2);
     assert_eq!(r.target_of(hedge), Some(2));
     let out = h.on_commit(&mut r, hedge, 3 * MS);
     assert!(matches!(out, CommitOutcome::Won { .. }));
     let slow = h.window(&1).unwrap();
     let fast = h.window(&2).unwrap();
-    assert_eq!((slow.current().count(), slow.current_censored().count()), (0, 1));
-    assert_eq!((fast.current().count(), fast.current_censored().count()), (1, 0));
+    assert_eq!(
+        (slow.current().count(), slow.current_censored().count()),
+        (0, 1)
+    );
+    assert_eq!(
+        (fast.current().count(), fast.current_censored().count()),
+        (1, 0)
+    );
     assert_eq!(h.aggregate_window().count(), 2);
 }
 
