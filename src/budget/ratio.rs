@@ -119,6 +119,11 @@ impl RatioBudget {
     }
 
     /// The reserve, if any.
+    ///
+    /// Its [`stats`](HedgeBudget::stats) count only what the reserve itself
+    /// saw: a grant for each hedge it paid for, a denial for each time the
+    /// balance was short and the reserve was empty too. This budget's own
+    /// stats count every grant and denial, whichever paid.
     #[must_use]
     pub const fn reserve(&self) -> Option<&TokenBucket> {
         self.reserve.as_ref()
@@ -178,7 +183,9 @@ impl HedgeBudget for RatioBudget {
             }
         }
         if let Some(reserve) = &self.reserve {
-            if reserve.take(now_ns) {
+            // Through the reserve's own `try_acquire`, so that its stats
+            // count the grants it paid for and the times it was empty.
+            if reserve.try_acquire(now_ns) {
                 self.counters.grant();
                 return true;
             }
@@ -246,5 +253,25 @@ mod tests {
         assert!(!b.try_acquire(0));
         assert!(b.try_acquire(1_000_000_000)); // reserve refilled
         assert_eq!(b.stats().grants, 3);
+    }
+
+    #[test]
+    fn reserve_counts_its_own_grants() {
+        let Ok(r) = TokenBucket::new(1, 1) else {
+            unreachable!()
+        };
+        let Ok(b) = RatioBudget::new(10_000, 1) else {
+            unreachable!()
+        };
+        let b = b.with_reserve(r);
+        b.on_request(0);
+        assert!(b.try_acquire(0)); // balance: not the reserve's grant
+        assert!(b.try_acquire(5)); // reserve
+        assert!(!b.try_acquire(6)); // both empty
+        let outer = b.stats();
+        assert_eq!((outer.grants, outer.denials), (2, 1));
+        let inner = b.reserve().map(HedgeBudget::stats);
+        // The reserve was asked twice (at 5 and 6 ns): one grant, one denial.
+        assert_eq!(inner.map(|s| (s.grants, s.denials)), Some((1, 1)));
     }
 }

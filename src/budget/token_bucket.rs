@@ -154,7 +154,7 @@ impl TokenBucket {
 
     /// Takes one token without touching the counters.
     #[inline]
-    pub(super) fn take(&self, now_ns: u64) -> bool {
+    fn take(&self, now_ns: u64) -> bool {
         let limit = now_ns.saturating_add(self.window_ns);
         let mut tat = self.tat.load(Ordering::Relaxed);
         loop {
