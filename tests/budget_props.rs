@@ -219,7 +219,7 @@ proptest! {
         start in any::<u64>(),
         ops in ops(),
     ) {
-        let mut budget = RatioBudget::new(share, max_tokens).expect("valid");
+        let mut budget = RatioBudget::fixed_cap(share, max_tokens).expect("valid");
         let mut reserve_model = None;
         if let Some((interval, burst)) = reserve {
             budget = budget.with_reserve(TokenBucket::with_interval(interval, burst).expect("valid"));
@@ -273,7 +273,7 @@ proptest! {
 
     #[test]
     fn ratio_denies_without_deposits(share in 1..=10_000_u32, max_tokens in 1..20_u32, n in 0..200_u32) {
-        let budget = RatioBudget::new(share, max_tokens).expect("valid");
+        let budget = RatioBudget::fixed_cap(share, max_tokens).expect("valid");
         prop_assert!(!budget.try_acquire(0));
         for _ in 0..n {
             budget.on_request(0);

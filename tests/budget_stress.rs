@@ -113,7 +113,7 @@ fn bucket_bound_holds_with_a_moving_clock() {
 #[test]
 fn ratio_loses_no_deposit() {
     let share = 37; // an awkward share: 0.37 %
-    let budget = RatioBudget::new(share, u32::MAX).expect("valid");
+    let budget = RatioBudget::fixed_cap(share, u32::MAX).expect("valid");
     let per_thread = iters(50_000);
     on_threads(|_| {
         for _ in 0..per_thread {
@@ -133,7 +133,7 @@ fn ratio_loses_no_deposit() {
 
 #[test]
 fn ratio_cap_is_exact_under_contention() {
-    let budget = RatioBudget::new(3_333, 7).expect("valid");
+    let budget = RatioBudget::fixed_cap(3_333, 7).expect("valid");
     on_threads(|_| {
         for _ in 0..iters(10_000) {
             budget.on_request(0);
@@ -148,7 +148,7 @@ fn ratio_mixed_deposits_and_hedges_conserve_units() {
     // Cap never reached: balance + grants × unit == deposits × share, exactly,
     // and no thread ever overdraws (grants × unit ≤ deposits × share).
     let share = 1_000;
-    let budget = Budget::Ratio(RatioBudget::new(share, u32::MAX).expect("valid"));
+    let budget = Budget::Ratio(RatioBudget::fixed_cap(share, u32::MAX).expect("valid"));
     let dynb: &dyn HedgeBudget = &budget;
     let deposits = AtomicU64::new(0);
     let start = Barrier::new(THREADS);
@@ -177,7 +177,7 @@ fn ratio_mixed_deposits_and_hedges_conserve_units() {
 fn ratio_reserve_bound_across_threads() {
     // No traffic at all: only the reserve (1 per 10 ms, burst 2) grants.
     let reserve = TokenBucket::with_interval(10_000_000, 2).expect("valid");
-    let budget = RatioBudget::new(1_000, 10)
+    let budget = RatioBudget::fixed_cap(1_000, 10)
         .expect("valid")
         .with_reserve(reserve);
     let clock = AtomicU64::new(0);

@@ -58,7 +58,7 @@ fuzz_target!(|input: Input| {
         BucketCfg::Share(s, r, b) => TokenBucket::from_share(s.into(), r, b.into()),
         BucketCfg::Interval(i, b) => TokenBucket::with_interval(i, b.into()),
     };
-    let ratio = RatioBudget::new(input.share_bps.into(), input.max_tokens.into());
+    let ratio = RatioBudget::fixed_cap(input.share_bps.into(), input.max_tokens.into());
     let reserve = input.reserve.map(|(i, b)| TokenBucket::with_interval(i, b.into()));
     match (&input.bucket, &bucket) {
         (BucketCfg::Rate(r, b), Err(_)) => assert!(*r == 0 || *b == 0),
@@ -101,7 +101,7 @@ fuzz_target!(|input: Input| {
                 if let Some(r) = &ratio {
                     r.on_request(now);
                     deposits += 1;
-                    balance = (balance + u128::from(r.share_bps())).min(u128::from(r.cap_units()));
+                    balance = (balance + u128::from(r.share_bps())).min(u128::from(r.floor_units()));
                 }
             }
             Op::Acquire => {

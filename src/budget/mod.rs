@@ -5,11 +5,14 @@
 //! hedge ([`HedgeBudget::try_acquire`]) and tells it about every primary
 //! request ([`HedgeBudget::on_request`]). Two strategies are offered:
 //!
-//! - [`RatioBudget`] (the default, 10 %): every primary deposits a share of a
-//!   token, every hedge withdraws a whole token, the balance is capped. It
+//! - [`RatioBudget`] (the default, 15 %): every primary deposits a share of a
+//!   token, every hedge withdraws a whole token, and the balance is capped
+//!   at what the share earned over the last second (at least 10 tokens),
+//!   so a burst of stragglers can spend what recent traffic earned. It
 //!   needs no guess of the request rate and follows traffic as it changes.
-//!   An optional reserve ([`RatioBudget::with_reserve`]) lets a client with
-//!   very little traffic still hedge now and then.
+//!   [`RatioBudget::fixed_cap`] caps the bank at a fixed number of tokens
+//!   instead. An optional reserve ([`RatioBudget::with_reserve`]) lets a
+//!   client with very little traffic still hedge now and then.
 //! - [`TokenBucket`]: a time-refilled bucket (GCRA), refilled at a fixed rate,
 //!   for example `estimated_rps × share` as in the original article. It is
 //!   only as good as the rate estimate.
@@ -21,7 +24,7 @@
 //! ```
 //! use tailguard::budget::{Budget, HedgeBudget, RatioBudget, UNITS_PER_TOKEN};
 //!
-//! // 10 % of traffic, at most 5 hedges banked.
+//! // 10 % of traffic, banking up to a second's earnings (at least 5 hedges).
 //! let budget = Budget::Ratio(RatioBudget::new(1_000, 5)?);
 //! let mut now_ns = 0_u64; // the caller's monotonic clock
 //! for _ in 0..20 {
@@ -51,7 +54,11 @@
 //! an arbitrary epoch. Timestamps that repeat, go backwards or jump far
 //! ahead never panic, overflow or mint tokens:
 //!
-//! - a repeated or earlier timestamp is treated as "no time has passed";
+//! - a repeated or earlier timestamp is treated as "no time has passed" by
+//!   the token bucket; the ratio budget's balance ignores time, and its
+//!   traffic-scaled cap restarts its per-window counts from any timestamp
+//!   outside the windows they hold (the cap falls to its floor and follows
+//!   traffic again within a window: see [`RatioBudget`]'s *Time*);
 //! - after a forward jump followed by a return to the true time, the token
 //!   bucket stays drained until the clock catches up again (it fails
 //!   closed: no hedges, never extra ones);
@@ -62,10 +69,12 @@
 //!
 //! Each budget keeps its admission state in **one** `AtomicU64`: the
 //! theoretical arrival time for [`TokenBucket`], the balance for
-//! [`RatioBudget`] (whose optional reserve is a separate [`TokenBucket`]).
-//! Every deposit and every grant is a single successful
-//! `compare_exchange_weak` on that word, computed from the value it
-//! replaces. All read-modify-write operations on one atomic location are
+//! [`RatioBudget`] (whose optional reserve is a separate [`TokenBucket`],
+//! and whose traffic-scaled cap comes from two more words counting the
+//! deposits per window). Every deposit and every grant is a single
+//! successful `compare_exchange_weak` on that word, computed from the value
+//! it replaces (a deposit first counts itself in its window's counter, a
+//! separate compare-and-swap that only sets the cap it clips to). All read-modify-write operations on one atomic location are
 //! totally ordered (its modification order) whatever `Ordering` they use, so
 //! the budgets are *exact* under any number of threads: a balance can never
 //! be overdrawn, a deposit never lost, and the bounds documented on each type
@@ -255,7 +264,8 @@ impl core::error::Error for BudgetError {}
 
 /// Any budget, as one concrete type for the hedge state machine.
 ///
-/// The default is a [`RatioBudget`] at 10 % (see [`RatioBudget::default`]).
+/// The default is a [`RatioBudget`] at 15 % with a bank of one second's
+/// earnings (see [`RatioBudget::default`]).
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum Budget {
