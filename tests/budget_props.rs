@@ -4,7 +4,7 @@
 
 use proptest::prelude::*;
 use std::collections::HashMap;
-use tailguard::budget::{HedgeBudget, RatioBudget, TokenBucket, UNITS_PER_TOKEN};
+use tailguard::budget::{Budget, HedgeBudget, RatioBudget, TokenBucket, UNITS_PER_TOKEN};
 
 const NS_PER_SEC: u128 = 1_000_000_000;
 const YEAR_NS: u64 = 365 * 24 * 3_600 * 1_000_000_000;
@@ -415,6 +415,94 @@ proptest! {
         prop_assert_eq!((stats.grants, stats.denials), (grants, denials));
         if let Some(r) = budget.reserve() {
             prop_assert_eq!(r.stats().grants, from_reserve);
+        }
+    }
+
+    #[test]
+    fn churn_cannot_mint_hedges(
+        cfg in bucket_cfg(),
+        share in 1..=10_000_u32,
+        floor in 1..20_u32,
+        window in bank_window(),
+        start in 0..u64::MAX / 2,
+        ops in prop::collection::vec(
+            prop_oneof![
+                3 => Just(None), // the tracked target changes: evict, re-add
+                4 => Just(Some(Op::Request)),
+                4 => Just(Some(Op::Acquire)),
+                3 => (0..20_000_000_000_u64).prop_map(|d| Some(Op::Time(Step::Forward(d)))),
+            ],
+            0..if cfg!(miri) { 40 } else { 400 },
+        ),
+    ) {
+        // A one-slot per-target table: every switch gives the new target
+        // `template.drained(now)`. Whatever the churn, the slot grants no
+        // more than one budget that was never evicted could have earned,
+        // without its initial burst: grants × interval ≤ elapsed for the
+        // bucket, grants × 10⁴ ≤ deposits × share for the ratio budget.
+        let templates = [
+            Budget::TokenBucket(cfg.build()),
+            Budget::Ratio(RatioBudget::with_bank_window(share, floor, window).expect("valid")),
+        ];
+        for template in &templates {
+            let mut slot = template.drained(start);
+            let (mut now, mut deposits, mut grants) = (start, 0_u128, 0_u128);
+            for op in &ops {
+                match op {
+                    None => slot = template.drained(now),
+                    Some(Op::Request) => {
+                        slot.on_request(now);
+                        deposits += 1;
+                    }
+                    Some(Op::Acquire) => grants += u128::from(slot.try_acquire(now)),
+                    Some(Op::Time(s)) => now = advance(now, s),
+                }
+                match template {
+                    Budget::TokenBucket(b) => prop_assert!(
+                        grants * u128::from(b.interval_ns()) <= u128::from(now - start),
+                        "{} grants in {} ns", grants, now - start
+                    ),
+                    _ => prop_assert!(grants * 10_000 <= deposits * u128::from(share)),
+                }
+            }
+            prop_assert_eq!(template.stats().grants, 0); // never touched
+        }
+    }
+
+    #[test]
+    fn drained_never_panics_or_mints(cfg in bucket_cfg(), share in 1..=10_000_u32, at in any::<u64>(), ops in ops()) {
+        // Wild creation times and timestamps. A drained bucket has no burst
+        // to give: each grant moves TAT (from at + burst·T) up by at least
+        // T and TAT never passes t + burst·T, so grants × T ≤ t_max − at
+        // for the newest acquire time t_max. The ratio budget's balance
+        // pays only for what it earned; its drained reserve obeys the
+        // bucket's rule.
+        let reserve = cfg.build();
+        let interval = u128::from(reserve.interval_ns());
+        let ratio = RatioBudget::new(share, 1).expect("valid").with_reserve(reserve).drained(at);
+        let bucket = cfg.build().drained(at);
+        prop_assert!(!bucket.try_acquire(at) && !bucket.try_acquire(at.saturating_sub(1)));
+        prop_assert_eq!(bucket.balance_at(at), 0);
+        prop_assert!(!ratio.try_acquire(at));
+        let (mut now, mut deposits, mut grants, mut t_max) = (at, 0_u128, 0_u128, at);
+        for op in &ops {
+            match op {
+                Op::Request => {
+                    ratio.on_request(now);
+                    deposits += 1;
+                }
+                Op::Acquire => {
+                    t_max = t_max.max(now);
+                    grants += u128::from(ratio.try_acquire(now));
+                    let _ = bucket.try_acquire(now);
+                }
+                Op::Time(s) => now = advance(now, s),
+            }
+            let since = u128::from(t_max - at);
+            let reserve_grants = u128::from(ratio.reserve().map_or(0, |r| r.stats().grants));
+            prop_assert!((grants - reserve_grants) * 10_000 <= deposits * u128::from(share));
+            prop_assert!(reserve_grants * interval <= since);
+            prop_assert!(u128::from(bucket.stats().grants) * interval <= since);
         }
     }
 

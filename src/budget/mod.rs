@@ -169,6 +169,47 @@ pub trait HedgeBudget: Send + Sync {
 
     /// Grants, denials and the current balance, read without locks.
     fn stats(&self) -> BudgetStats;
+
+    /// A new, independent budget with this one's configuration and nothing
+    /// to spend at `now_ns` (it must earn or refill its tokens): what a
+    /// hedger gives a target it starts tracking.
+    ///
+    /// A per-target budget created *full* lets churn mint hedges: evicting
+    /// a target and tracking it again would refill it each time. A drained
+    /// one only has what it earns after `now_ns`. Counters start at zero.
+    ///
+    /// - [`RatioBudget`]: balance 0, fresh window counts, the same share,
+    ///   floor (or fixed cap) and window; its reserve drained too.
+    /// - [`TokenBucket`]: empty at `now_ns`, the next token one interval
+    ///   later (a `now_ns` far ahead leaves it empty until the clock
+    ///   catches up, as any forward jump does).
+    /// - [`Budget`]: each variant drained; [`Budget::Unlimited`] and
+    ///   [`Budget::Never`] stay as they are.
+    /// - `&T`: the same reference. A shared budget stays shared: a hedger
+    ///   holding `&budget` per target spends from the one budget.
+    ///
+    /// Not available on `dyn HedgeBudget` (it returns `Self`), but on
+    /// `&dyn HedgeBudget`. Generic code over `B: HedgeBudget` gets `B`'s
+    /// own method; in concrete code, method syntax on a reference
+    /// auto-derefs (`budget_ref.drained(now)` with `budget_ref: &Budget`
+    /// drains a new `Budget`): write `<&Budget as HedgeBudget>::drained`
+    /// for the reference's.
+    ///
+    /// ```
+    /// use tailguard::budget::{HedgeBudget, TokenBucket};
+    ///
+    /// let template = TokenBucket::new(10, 5)?; // full: 5 tokens
+    /// let now = 42_000_000_000;
+    /// let fresh = template.drained(now);
+    /// assert!(!fresh.try_acquire(now)); // nothing to spend yet
+    /// assert!(fresh.try_acquire(now + 100_000_000)); // one interval later
+    /// assert!(template.try_acquire(now)); // the template is untouched
+    /// # Ok::<(), tailguard::budget::BudgetError>(())
+    /// ```
+    #[must_use]
+    fn drained(&self, now_ns: u64) -> Self
+    where
+        Self: Sized;
 }
 
 impl<T: HedgeBudget + ?Sized> HedgeBudget for &T {
@@ -185,6 +226,12 @@ impl<T: HedgeBudget + ?Sized> HedgeBudget for &T {
     #[inline]
     fn stats(&self) -> BudgetStats {
         (**self).stats()
+    }
+
+    /// The same reference: a shared budget stays shared.
+    #[inline]
+    fn drained(&self, _now_ns: u64) -> Self {
+        self
     }
 }
 
@@ -317,6 +364,15 @@ impl HedgeBudget for Budget {
             Self::Never => BudgetStats::default(),
         }
     }
+
+    fn drained(&self, now_ns: u64) -> Self {
+        match self {
+            Self::TokenBucket(b) => Self::TokenBucket(b.drained(now_ns)),
+            Self::Ratio(b) => Self::Ratio(b.drained(now_ns)),
+            Self::Unlimited => Self::Unlimited,
+            Self::Never => Self::Never,
+        }
+    }
 }
 
 impl From<TokenBucket> for Budget {
@@ -436,5 +492,57 @@ mod tests {
         }
         assert!((&dynb).try_acquire(0));
         assert_eq!(dynb.stats().grants, 1);
+    }
+
+    #[test]
+    fn drained_budgets() {
+        const SEC: u64 = 1_000_000_000;
+        assert!(matches!(Budget::Unlimited.drained(5), Budget::Unlimited));
+        assert!(matches!(Budget::Never.drained(5), Budget::Never));
+        let Ok(bucket) = TokenBucket::new(1, 3) else {
+            unreachable!()
+        };
+        let d = Budget::TokenBucket(bucket).drained(7);
+        assert!(matches!(d, Budget::TokenBucket(_)));
+        assert!(!d.try_acquire(7));
+        assert!(d.try_acquire(SEC + 7) && !d.try_acquire(SEC + 7));
+        let b = Budget::default();
+        for _ in 0..100 {
+            b.on_request(0);
+        }
+        assert!(b.try_acquire(0));
+        let d = b.drained(0);
+        assert!(matches!(d, Budget::Ratio(_)) && !d.try_acquire(0));
+        // A reference is a shared budget: drained gives the same one back
+        // (called through the trait for `&T`: `r.drained(0)` would
+        // auto-deref to `Budget::drained`).
+        let r = &b;
+        assert!(core::ptr::eq(<&Budget as HedgeBudget>::drained(&r, 0), r));
+        let dynb: &dyn HedgeBudget = &b;
+        let same = <&dyn HedgeBudget as HedgeBudget>::drained(&dynb, u64::MAX);
+        assert!(core::ptr::addr_eq(same, dynb));
+    }
+
+    #[test]
+    fn churn_cannot_refill_a_drained_budget() {
+        // One table slot, two targets alternating every 10 ms for a second,
+        // every request wanting a hedge. A budget created full would
+        // grant on each switch; a drained one only what it earns.
+        const MS: u64 = 1_000_000;
+        let Ok(bucket) = TokenBucket::new(5, 10) else {
+            unreachable!()
+        };
+        let templates = [Budget::TokenBucket(bucket), Budget::default()];
+        for template in &templates {
+            let mut grants = 0_u32;
+            let mut now = 0_u64;
+            while now < 1_000 * MS {
+                let slot = template.drained(now); // target evicted, re-added
+                slot.on_request(now);
+                grants = grants.saturating_add(u32::from(slot.try_acquire(now)));
+                now = now.saturating_add(10 * MS);
+            }
+            assert_eq!(grants, 0, "{template:?}");
+        }
     }
 }

@@ -441,6 +441,21 @@ impl HedgeBudget for RatioBudget {
     fn stats(&self) -> BudgetStats {
         self.counters.stats(self.balance())
     }
+
+    /// Balance 0, fresh window counts and counters, the same share, floor
+    /// (or fixed cap) and window; the reserve, if any, drained at `now_ns`.
+    fn drained(&self, now_ns: u64) -> Self {
+        Self {
+            balance: AtomicU64::new(0),
+            counters: Counters::new(),
+            deposit: self.deposit,
+            floor: self.floor,
+            window_ns: self.window_ns,
+            even: AtomicU64::new(0),
+            odd: AtomicU64::new(0),
+            reserve: self.reserve.as_ref().map(|r| r.drained(now_ns)),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -664,5 +679,44 @@ mod tests {
         let inner = b.reserve().map(HedgeBudget::stats);
         // The reserve was asked twice (at 5 and 6 ns): one grant, one denial.
         assert_eq!(inner.map(|s| (s.grants, s.denials)), Some((1, 1)));
+    }
+
+    #[test]
+    fn drained_keeps_the_configuration_and_nothing_else() {
+        let (Ok(b), Ok(r)) = (
+            RatioBudget::with_bank_window(2_000, 3, SEC / 10),
+            TokenBucket::new(1, 1),
+        ) else {
+            unreachable!()
+        };
+        let b = b.with_reserve(r);
+        traffic(&b, 0, SEC, 1_000);
+        assert!(b.try_acquire(SEC));
+        let d = b.drained(SEC);
+        assert_eq!(
+            (d.share_bps(), d.floor_units(), d.bank_window_ns()),
+            (2_000, 30_000, Some(SEC / 10))
+        );
+        assert_eq!(d.stats(), BudgetStats::default());
+        assert_eq!(d.cap_units_at(SEC - 1), d.floor_units()); // fresh counts
+        let reserve = d.reserve().map(|r| (r.burst(), r.balance_at(SEC)));
+        assert_eq!(reserve, Some((1, 0))); // the reserve is drained too
+        assert!(!d.try_acquire(SEC)); // neither pays
+        for _ in 0..5 {
+            d.on_request(SEC); // 5 × 20 % = one token earned
+        }
+        assert!(d.try_acquire(SEC) && !d.try_acquire(SEC));
+        assert!(d.try_acquire(2 * SEC)); // the reserve, one interval later
+                                         // The original is untouched.
+        assert_eq!(b.stats().grants, 1);
+        // A fixed cap stays fixed.
+        let Ok(f) = RatioBudget::fixed_cap(1_000, 4) else {
+            unreachable!()
+        };
+        let f = f.drained(u64::MAX);
+        assert_eq!(
+            (f.bank_window_ns(), f.floor_units(), f.balance()),
+            (None, 40_000, 0)
+        );
     }
 }
