@@ -44,8 +44,9 @@ const COUNT_MASK: u64 = 0xFFFF_FFFF;
 /// cap at the first deposit after traffic fell); withdrawals never look at
 /// the cap. The window counters are two more `AtomicU64`s (one
 /// compare-and-swap per deposit on the current one), touched only by
-/// traffic-scaled budgets. They only ever lower what a deposit adds, so
-/// they cannot make the balance inexact.
+/// traffic-scaled budgets. Under concurrency a deposit may clip to a cap
+/// that misses deposits other threads counted after it did: that can only
+/// lower the balance (fail closed), never overdraw it or mint a token.
 ///
 /// # Bound
 ///
@@ -62,8 +63,11 @@ const COUNT_MASK: u64 = 0xFFFF_FFFF;
 ///   window count `n`. A count only grows by one per deposit, so `n` is at
 ///   most the deposits made in that window (and at most `2³² − 1`: counts
 ///   saturate): time alone never raises the cap.
-/// - With no hedges taken and timestamps in one window, the balance is
-///   exactly `min(deposits × share_bps, cap)`.
+/// - With no hedges taken, a fixed-cap balance is exactly
+///   `min(deposits × share_bps, cap)`; so is a traffic-scaled one whose
+///   deposits all fell in one window from one thread (it is then
+///   `deposits × share_bps`, as the cap grows with each deposit, up to
+///   2³² − 1 deposits).
 ///
 /// # Time
 ///
