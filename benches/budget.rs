@@ -41,15 +41,25 @@ fn uncontended(c: &mut Criterion) {
         b.iter(|| black_box(empty.try_acquire(black_box(1))))
     });
 
-    let ratio = RatioBudget::new(1, u32::MAX).expect("valid"); // never full
+    let ratio = RatioBudget::fixed_cap(1, u32::MAX).expect("valid"); // never full
     g.bench_function("ratio/on_request", |b| {
         b.iter(|| ratio.on_request(black_box(0)))
+    });
+
+    // Traffic-scaled bank: one more compare-and-swap, on the window counter.
+    let scaled = RatioBudget::new(1, u32::MAX).expect("valid"); // never full
+    let mut now = 0_u64;
+    g.bench_function("ratio-scaled/on_request", |b| {
+        b.iter(|| {
+            now += 1_000; // a window change every 10⁶ deposits
+            scaled.on_request(black_box(now))
+        })
     });
 
     // Grant path: a balance prefilled (untimed) with one token per iteration.
     g.bench_function("ratio/try_acquire grant", |b| {
         b.iter_custom(|iters| {
-            let ratio = RatioBudget::new(10_000, u32::MAX).expect("valid");
+            let ratio = RatioBudget::fixed_cap(10_000, u32::MAX).expect("valid");
             for _ in 0..iters {
                 ratio.on_request(0);
             }
@@ -61,9 +71,9 @@ fn uncontended(c: &mut Criterion) {
         })
     });
 
-    let drained = RatioBudget::new(1_000, 1).expect("valid");
+    let empty = RatioBudget::fixed_cap(1_000, 1).expect("valid");
     g.bench_function("ratio/try_acquire deny", |b| {
-        b.iter(|| black_box(drained.try_acquire(black_box(0))))
+        b.iter(|| black_box(empty.try_acquire(black_box(0))))
     });
 
     let gov = RateLimiter::direct(Quota::per_second(BIG));
@@ -110,7 +120,7 @@ fn contended(c: &mut Criterion) {
         })
     });
 
-    let ratio = RatioBudget::new(5_000, u32::MAX).expect("valid");
+    let ratio = RatioBudget::fixed_cap(5_000, u32::MAX).expect("valid");
     g.bench_function("ratio/on_request+try_acquire", |b| {
         b.iter_custom(|iters| {
             two_threads(iters, |now| {
@@ -118,6 +128,19 @@ fn contended(c: &mut Criterion) {
                     ratio.on_request(now);
                 } else {
                     black_box(ratio.try_acquire(now));
+                }
+            })
+        })
+    });
+
+    let scaled = RatioBudget::new(5_000, u32::MAX).expect("valid");
+    g.bench_function("ratio-scaled/on_request+try_acquire", |b| {
+        b.iter_custom(|iters| {
+            two_threads(iters, |now| {
+                if now & 2 == 0 {
+                    scaled.on_request(now * 1_000);
+                } else {
+                    black_box(scaled.try_acquire(now * 1_000));
                 }
             })
         })

@@ -3,7 +3,8 @@
 //! checked against an exact integer model and against the documented bounds.
 
 use proptest::prelude::*;
-use tailguard::budget::{HedgeBudget, RatioBudget, TokenBucket, UNITS_PER_TOKEN};
+use std::collections::HashMap;
+use tailguard::budget::{Budget, HedgeBudget, RatioBudget, TokenBucket, UNITS_PER_TOKEN};
 
 const NS_PER_SEC: u128 = 1_000_000_000;
 const YEAR_NS: u64 = 365 * 24 * 3_600 * 1_000_000_000;
@@ -153,6 +154,63 @@ impl BucketCfg {
     }
 }
 
+/// The traffic-scaled cap, restated naively: per window number `k = now / w`
+/// a counter keeps (k's low 32 bits, deposits), the cap is
+/// `max(floor, share × max(n_k, n_(k−1)))`.
+#[derive(Debug)]
+struct BankModel {
+    share: u128,
+    floor: u128,
+    window: u64,
+    /// (tag, count) of the even- and odd-numbered windows.
+    slots: [(u32, u128); 2],
+}
+
+impl BankModel {
+    fn locate(&self, now: u64) -> (u32, usize) {
+        let k = now / self.window;
+        (k as u32, (k % 2) as usize)
+    }
+
+    fn count(&self, slot: usize, tag: u32) -> u128 {
+        let (t, n) = self.slots[slot];
+        if t == tag {
+            n
+        } else {
+            0
+        }
+    }
+
+    fn cap_at(&self, now: u64) -> u128 {
+        let (tag, i) = self.locate(now);
+        let n = self
+            .count(i, tag)
+            .max(self.count(1 - i, tag.wrapping_sub(1)));
+        self.floor.max(self.share * n)
+    }
+
+    /// Counts a deposit at `now`; returns the cap it clips to.
+    fn deposit(&mut self, now: u64) -> u128 {
+        let (tag, i) = self.locate(now);
+        let (t, n) = self.slots[i];
+        self.slots[i] = if t == tag {
+            (t, (n + 1).min(u128::from(u32::MAX)))
+        } else {
+            (tag, 1)
+        };
+        self.cap_at(now)
+    }
+}
+
+fn bank_window() -> impl Strategy<Value = u64> {
+    prop_oneof![
+        1..=10_u64,
+        1_000..=1_000_000_u64,
+        Just(1_000_000_000),
+        1..=u64::MAX,
+    ]
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(if cfg!(miri) { 4 } else { 256 }))]
 
@@ -219,7 +277,7 @@ proptest! {
         start in any::<u64>(),
         ops in ops(),
     ) {
-        let mut budget = RatioBudget::new(share, max_tokens).expect("valid");
+        let mut budget = RatioBudget::fixed_cap(share, max_tokens).expect("valid");
         let mut reserve_model = None;
         if let Some((interval, burst)) = reserve {
             budget = budget.with_reserve(TokenBucket::with_interval(interval, burst).expect("valid"));
@@ -272,8 +330,185 @@ proptest! {
     }
 
     #[test]
+    fn scaled_ratio_matches_model_and_bounds(
+        share in 1..=10_000_u32,
+        floor in 1..20_u32,
+        window in bank_window(),
+        reserve in prop::option::of((1..100_000_000_000_u64, 1..3_u32)),
+        start in any::<u64>(),
+        ops in ops(),
+    ) {
+        let mut budget = RatioBudget::with_bank_window(share, floor, window).expect("valid");
+        let mut reserve_model = None;
+        if let Some((interval, burst)) = reserve {
+            budget = budget.with_reserve(TokenBucket::with_interval(interval, burst).expect("valid"));
+            reserve_model = Some(GcraModel { tat: 0, interval: interval.into(), burst: burst.into() });
+        }
+        prop_assert_eq!(budget.bank_window_ns(), Some(window));
+        let unit = u128::from(UNITS_PER_TOKEN);
+        let (share_u, floor_u) = (u128::from(share), u128::from(floor) * unit);
+        let mut bank = BankModel { share: share_u, floor: floor_u, window, slots: [(0, 0); 2] };
+        // Every deposit ever, by window tag: an upper bound on any count
+        // that ignores how counters restart.
+        let mut seen: HashMap<u32, u128> = HashMap::new();
+        let mut now = start;
+        let (mut balance, mut deposits) = (0_u128, 0_u128);
+        let (mut paid, mut from_reserve, mut denials) = (0_u128, 0_u64, 0_u64);
+        let mut max_cap = floor_u;
+        // max over earlier states i of (earned_i − paid_i − balance_i), where
+        // earned = deposits × share and paid = balance grants × unit.
+        let mut worst_start = 0_i128;
+        for op in &ops {
+            match op {
+                Op::Request => {
+                    budget.on_request(now);
+                    deposits += 1;
+                    let cap = bank.deposit(now);
+                    balance = (balance + share_u).min(cap);
+                    max_cap = max_cap.max(cap);
+                    // The cap counts real deposits only: never more than
+                    // the share of all deposits ever made in the windows
+                    // with these tags, nor of all deposits.
+                    let k = now / window;
+                    let n = seen.entry(k as u32).or_default();
+                    *n += 1;
+                    let n = (*n).max(seen.get(&(k as u32).wrapping_sub(1)).copied().unwrap_or(0));
+                    prop_assert!(cap <= floor_u.max(share_u * n));
+                    prop_assert!(cap <= floor_u.max(share_u * deposits));
+                }
+                Op::Acquire => {
+                    let expected = if balance >= unit {
+                        balance -= unit;
+                        paid += unit;
+                        true
+                    } else if reserve_model.as_mut().is_some_and(|r| r.take(now)) {
+                        from_reserve += 1;
+                        true
+                    } else {
+                        denials += 1;
+                        false
+                    };
+                    prop_assert_eq!(budget.try_acquire(now), expected, "at {}", now);
+                }
+                Op::Time(s) => now = advance(now, s),
+            }
+            // Exact balance and cap.
+            prop_assert_eq!(u128::from(budget.balance()), balance);
+            prop_assert_eq!(u128::from(budget.cap_units_at(now)), bank.cap_at(now));
+            prop_assert!(balance <= max_cap);
+            let earned = deposits * share_u;
+            // The budget starts empty: the balance never pays for more than
+            // the share of the deposits...
+            prop_assert!(paid <= earned);
+            // ...so, in the looser form, never more than that plus the
+            // largest bank allowed so far.
+            prop_assert!(paid <= earned + max_cap);
+            // Over any stretch of calls the balance pays for at most the
+            // share of the stretch's deposits plus the bank at its start
+            // (which is ≤ max_cap): x_i − x_j ≤ balance_i, x = earned − paid.
+            let x = i128::try_from(earned).unwrap() - i128::try_from(paid).unwrap();
+            prop_assert!(worst_start <= x, "a stretch overspent: {} > {}", worst_start, x);
+            worst_start = worst_start.max(x - i128::try_from(balance).unwrap());
+        }
+        let stats = budget.stats();
+        let grants = u64::try_from(paid / unit).unwrap() + from_reserve;
+        prop_assert_eq!((stats.grants, stats.denials), (grants, denials));
+        if let Some(r) = budget.reserve() {
+            prop_assert_eq!(r.stats().grants, from_reserve);
+        }
+    }
+
+    #[test]
+    fn churn_cannot_mint_hedges(
+        cfg in bucket_cfg(),
+        share in 1..=10_000_u32,
+        floor in 1..20_u32,
+        window in bank_window(),
+        start in 0..u64::MAX / 2,
+        ops in prop::collection::vec(
+            prop_oneof![
+                3 => Just(None), // the tracked target changes: evict, re-add
+                4 => Just(Some(Op::Request)),
+                4 => Just(Some(Op::Acquire)),
+                3 => (0..20_000_000_000_u64).prop_map(|d| Some(Op::Time(Step::Forward(d)))),
+            ],
+            0..if cfg!(miri) { 40 } else { 400 },
+        ),
+    ) {
+        // A one-slot per-target table: every switch gives the new target
+        // `template.drained(now)`. Whatever the churn, the slot grants no
+        // more than one budget that was never evicted could have earned,
+        // without its initial burst: grants × interval ≤ elapsed for the
+        // bucket, grants × 10⁴ ≤ deposits × share for the ratio budget.
+        let templates = [
+            Budget::TokenBucket(cfg.build()),
+            Budget::Ratio(RatioBudget::with_bank_window(share, floor, window).expect("valid")),
+        ];
+        for template in &templates {
+            let mut slot = template.drained(start);
+            let (mut now, mut deposits, mut grants) = (start, 0_u128, 0_u128);
+            for op in &ops {
+                match op {
+                    None => slot = template.drained(now),
+                    Some(Op::Request) => {
+                        slot.on_request(now);
+                        deposits += 1;
+                    }
+                    Some(Op::Acquire) => grants += u128::from(slot.try_acquire(now)),
+                    Some(Op::Time(s)) => now = advance(now, s),
+                }
+                match template {
+                    Budget::TokenBucket(b) => prop_assert!(
+                        grants * u128::from(b.interval_ns()) <= u128::from(now - start),
+                        "{} grants in {} ns", grants, now - start
+                    ),
+                    _ => prop_assert!(grants * 10_000 <= deposits * u128::from(share)),
+                }
+            }
+            prop_assert_eq!(template.stats().grants, 0); // never touched
+        }
+    }
+
+    #[test]
+    fn drained_never_panics_or_mints(cfg in bucket_cfg(), share in 1..=10_000_u32, at in any::<u64>(), ops in ops()) {
+        // Wild creation times and timestamps. A drained bucket has no burst
+        // to give: each grant moves TAT (from at + burst·T) up by at least
+        // T and TAT never passes t + burst·T, so grants × T ≤ t_max − at
+        // for the newest acquire time t_max. The ratio budget's balance
+        // pays only for what it earned; its drained reserve obeys the
+        // bucket's rule.
+        let reserve = cfg.build();
+        let interval = u128::from(reserve.interval_ns());
+        let ratio = RatioBudget::new(share, 1).expect("valid").with_reserve(reserve).drained(at);
+        let bucket = cfg.build().drained(at);
+        prop_assert!(!bucket.try_acquire(at) && !bucket.try_acquire(at.saturating_sub(1)));
+        prop_assert_eq!(bucket.balance_at(at), 0);
+        prop_assert!(!ratio.try_acquire(at));
+        let (mut now, mut deposits, mut grants, mut t_max) = (at, 0_u128, 0_u128, at);
+        for op in &ops {
+            match op {
+                Op::Request => {
+                    ratio.on_request(now);
+                    deposits += 1;
+                }
+                Op::Acquire => {
+                    t_max = t_max.max(now);
+                    grants += u128::from(ratio.try_acquire(now));
+                    let _ = bucket.try_acquire(now);
+                }
+                Op::Time(s) => now = advance(now, s),
+            }
+            let since = u128::from(t_max - at);
+            let reserve_grants = u128::from(ratio.reserve().map_or(0, |r| r.stats().grants));
+            prop_assert!((grants - reserve_grants) * 10_000 <= deposits * u128::from(share));
+            prop_assert!(reserve_grants * interval <= since);
+            prop_assert!(u128::from(bucket.stats().grants) * interval <= since);
+        }
+    }
+
+    #[test]
     fn ratio_denies_without_deposits(share in 1..=10_000_u32, max_tokens in 1..20_u32, n in 0..200_u32) {
-        let budget = RatioBudget::new(share, max_tokens).expect("valid");
+        let budget = RatioBudget::fixed_cap(share, max_tokens).expect("valid");
         prop_assert!(!budget.try_acquire(0));
         for _ in 0..n {
             budget.on_request(0);

@@ -1,5 +1,6 @@
 //! Differential fuzzing of the hedge budgets against naive u128 models,
-//! over arbitrary configurations, operation sequences and timestamps.
+//! over arbitrary configurations, operation sequences and timestamps,
+//! including budgets replaced by `drained` copies mid-sequence.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -9,6 +10,8 @@ use tailguard::budget::{HedgeBudget, RatioBudget, TokenBucket, UNITS_PER_TOKEN};
 enum Op {
     Request,
     Acquire,
+    /// Replace both budgets by `drained(now)` copies (a target re-added).
+    Drain,
     Forward(u32),
     Back(u32),
     Jump(u64),
@@ -26,7 +29,10 @@ enum BucketCfg {
 struct Input {
     bucket: BucketCfg,
     share_bps: u16,
-    max_tokens: u8,
+    /// The fixed cap, or the floor of a traffic-scaled bank.
+    tokens: u8,
+    /// `None`: `fixed_cap`; `Some(0)`: `new` (1 s window); else the window.
+    bank_window: Option<u64>,
     reserve: Option<(u64, u8)>,
     start: u64,
     ops: Vec<Op>,
@@ -49,6 +55,56 @@ impl Gcra {
         }
         ok
     }
+
+    /// The drained state: empty at `now`.
+    fn drain(&mut self, now: u64) {
+        self.tat = u128::from(now) + self.burst * self.interval;
+    }
+}
+
+/// The ratio budget's cap: fixed, or max(floor, share × max(n_k, n_(k−1)))
+/// over per-window counters holding (window number's low 32 bits, count).
+struct Bank {
+    share: u128,
+    floor: u128,
+    window: Option<u64>,
+    slots: [(u32, u128); 2],
+}
+
+impl Bank {
+    fn count(&self, slot: usize, tag: u32) -> u128 {
+        if self.slots[slot].0 == tag {
+            self.slots[slot].1
+        } else {
+            0
+        }
+    }
+
+    fn cap_at(&self, now: u64) -> u128 {
+        let Some(w) = self.window else {
+            return self.floor;
+        };
+        let k = now / w;
+        let (tag, i) = (k as u32, (k % 2) as usize);
+        let n = self
+            .count(i, tag)
+            .max(self.count(1 - i, tag.wrapping_sub(1)));
+        self.floor.max(self.share * n)
+    }
+
+    fn deposit(&mut self, now: u64) -> u128 {
+        if let Some(w) = self.window {
+            let k = now / w;
+            let (tag, i) = (k as u32, (k % 2) as usize);
+            let (t, n) = self.slots[i];
+            self.slots[i] = if t == tag {
+                (t, (n + 1).min(u128::from(u32::MAX)))
+            } else {
+                (tag, 1)
+            };
+        }
+        self.cap_at(now)
+    }
 }
 
 fuzz_target!(|input: Input| {
@@ -58,8 +114,15 @@ fuzz_target!(|input: Input| {
         BucketCfg::Share(s, r, b) => TokenBucket::from_share(s.into(), r, b.into()),
         BucketCfg::Interval(i, b) => TokenBucket::with_interval(i, b.into()),
     };
-    let ratio = RatioBudget::new(input.share_bps.into(), input.max_tokens.into());
-    let reserve = input.reserve.map(|(i, b)| TokenBucket::with_interval(i, b.into()));
+    let (share, tokens) = (u32::from(input.share_bps), u32::from(input.tokens));
+    let ratio = match input.bank_window {
+        None => RatioBudget::fixed_cap(share, tokens),
+        Some(0) => RatioBudget::new(share, tokens),
+        Some(w) => RatioBudget::with_bank_window(share, tokens, w),
+    };
+    let reserve = input
+        .reserve
+        .map(|(i, b)| TokenBucket::with_interval(i, b.into()));
     match (&input.bucket, &bucket) {
         (BucketCfg::Rate(r, b), Err(_)) => assert!(*r == 0 || *b == 0),
         (BucketCfg::Share(s, r, b), Err(_)) => {
@@ -70,15 +133,27 @@ fuzz_target!(|input: Input| {
         }
         _ => {}
     }
-    let (s, m) = (input.share_bps, input.max_tokens);
-    assert_eq!(ratio.is_err(), s == 0 || s > 10_000 || m == 0);
+    assert_eq!(ratio.is_err(), share == 0 || share > 10_000 || tokens == 0);
 
-    let mut bucket_model = bucket.as_ref().ok().map(|b| Gcra {
+    let mut bucket = bucket.ok();
+    let mut bucket_model = bucket.as_ref().map(|b| Gcra {
         tat: 0,
         interval: b.interval_ns().into(),
         burst: b.burst().into(),
     });
     let mut ratio = ratio.ok();
+    let mut bank = ratio.as_ref().map(|r| Bank {
+        share: r.share_bps().into(),
+        floor: r.floor_units().into(),
+        window: r.bank_window_ns(),
+        slots: [(0, 0); 2],
+    });
+    if let Some(r) = &ratio {
+        let w = input
+            .bank_window
+            .map(|w| if w == 0 { 1_000_000_000 } else { w });
+        assert_eq!(r.bank_window_ns(), w);
+    }
     let mut reserve_model = None;
     if let (Some(r), Some(Ok(res))) = (ratio.take(), reserve) {
         reserve_model = Some(Gcra {
@@ -89,25 +164,36 @@ fuzz_target!(|input: Input| {
         ratio = Some(r.with_reserve(res));
     }
     let unit = u128::from(UNITS_PER_TOKEN);
-    let (mut now, mut lo, mut hi) = (input.start, u64::MAX, 0_u64);
-    let (mut balance, mut deposits, mut bucket_grants, mut ratio_grants) = (0_u128, 0_u128, 0_u128, 0_u128);
+    // Bounds hold from the start, over the span [lo, hi] of acquire times
+    // (grants ≤ burst + span / interval), or from the latest drain, after
+    // which a bucket has no burst to give (grants × interval ≤ hi −
+    // drained_at).
+    let mut now = input.start;
+    let mut drained_at: Option<u64> = None;
+    let (mut lo, mut hi) = (u64::MAX, 0_u64);
+    let (mut balance, mut deposits, mut bucket_grants, mut ratio_grants, mut reserve_grants) =
+        (0_u128, 0_u128, 0_u128, 0_u128, 0_u128);
+    let mut max_cap = bank.as_ref().map_or(0, |b| b.floor);
 
     for op in &input.ops {
         match *op {
             Op::Request => {
-                if let Ok(b) = &bucket {
+                if let Some(b) = &bucket {
                     b.on_request(now);
                 }
-                if let Some(r) = &ratio {
+                if let (Some(r), Some(m)) = (&ratio, bank.as_mut()) {
                     r.on_request(now);
                     deposits += 1;
-                    balance = (balance + u128::from(r.share_bps())).min(u128::from(r.cap_units()));
+                    let cap = m.deposit(now);
+                    max_cap = max_cap.max(cap);
+                    assert!(cap <= m.floor.max(m.share * deposits));
+                    balance = (balance + m.share).min(cap);
                 }
             }
             Op::Acquire => {
                 lo = lo.min(now);
                 hi = hi.max(now);
-                if let (Ok(b), Some(m)) = (&bucket, bucket_model.as_mut()) {
+                if let (Some(b), Some(m)) = (&bucket, bucket_model.as_mut()) {
                     let got = b.try_acquire(now);
                     assert_eq!(got, m.take(now));
                     bucket_grants += u128::from(got);
@@ -116,38 +202,69 @@ fuzz_target!(|input: Input| {
                     let expect = if balance >= unit {
                         balance -= unit;
                         true
+                    } else if reserve_model.as_mut().is_some_and(|m| m.take(now)) {
+                        reserve_grants += 1;
+                        true
                     } else {
-                        reserve_model.as_mut().is_some_and(|m| m.take(now))
+                        false
                     };
                     assert_eq!(r.try_acquire(now), expect);
                     ratio_grants += u128::from(expect);
                 }
+            }
+            Op::Drain => {
+                bucket = bucket.map(|b| {
+                    let d = b.drained(now);
+                    assert_eq!(d.balance_at(now), 0);
+                    d
+                });
+                if let Some(m) = bucket_model.as_mut() {
+                    m.drain(now);
+                }
+                ratio = ratio.map(|r| r.drained(now));
+                if let Some(m) = bank.as_mut() {
+                    m.slots = [(0, 0); 2];
+                    max_cap = m.floor;
+                }
+                if let Some(m) = reserve_model.as_mut() {
+                    m.drain(now);
+                }
+                (
+                    balance,
+                    deposits,
+                    bucket_grants,
+                    ratio_grants,
+                    reserve_grants,
+                ) = (0, 0, 0, 0, 0);
+                (drained_at, lo, hi) = (Some(now), u64::MAX, 0);
             }
             Op::Forward(d) => now = now.saturating_add(d.into()),
             Op::Back(d) => now = now.saturating_sub(d.into()),
             Op::Jump(d) => now = now.saturating_add(d),
             Op::Set(t) => now = t,
         }
-        let elapsed = u128::from(hi.saturating_sub(lo));
-        if let Ok(b) = &bucket {
-            // grants ≤ burst + elapsed / interval
-            let extra = bucket_grants.saturating_sub(b.burst().into());
-            assert!(extra * u128::from(b.interval_ns()) <= elapsed);
+        // Acquire span; after a drain, time since it up to the newest acquire.
+        let span = u128::from(hi.saturating_sub(lo));
+        let bound = |grants: u128, interval: u64, burst: u32| match drained_at {
+            None => grants.saturating_sub(burst.into()) * u128::from(interval) <= span,
+            Some(at) => grants * u128::from(interval) <= u128::from(hi.saturating_sub(at)),
+        };
+        if let Some(b) = &bucket {
+            assert!(bound(bucket_grants, b.interval_ns(), b.burst()));
             assert!(b.balance_at(now) <= u64::from(b.burst()) * UNITS_PER_TOKEN);
             assert_eq!(u128::from(b.stats().grants), bucket_grants);
         }
-        if let Some(r) = &ratio {
+        if let (Some(r), Some(m)) = (&ratio, &bank) {
             assert_eq!(u128::from(r.balance()), balance);
-            let earned = deposits * u128::from(r.share_bps());
-            match r.reserve() {
-                None => assert!(ratio_grants * unit <= earned),
-                Some(res) => {
-                    let i = u128::from(res.interval_ns());
-                    let extra = (ratio_grants * unit).saturating_sub(earned + u128::from(res.burst()) * unit);
-                    assert!(extra * i <= elapsed * unit);
-                }
-            }
+            assert_eq!(u128::from(r.cap_units_at(now)), m.cap_at(now));
+            assert!(balance <= max_cap);
+            let earned = deposits * m.share;
+            assert!((ratio_grants - reserve_grants) * unit <= earned);
             assert_eq!(u128::from(r.stats().grants), ratio_grants);
+            if let Some(res) = r.reserve() {
+                assert_eq!(u128::from(res.stats().grants), reserve_grants);
+                assert!(bound(reserve_grants, res.interval_ns(), res.burst()));
+            }
         }
     }
 });

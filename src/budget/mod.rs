@@ -5,11 +5,14 @@
 //! hedge ([`HedgeBudget::try_acquire`]) and tells it about every primary
 //! request ([`HedgeBudget::on_request`]). Two strategies are offered:
 //!
-//! - [`RatioBudget`] (the default, 10 %): every primary deposits a share of a
-//!   token, every hedge withdraws a whole token, the balance is capped. It
+//! - [`RatioBudget`] (the default, 15 %): every primary deposits a share of a
+//!   token, every hedge withdraws a whole token, and the balance is capped
+//!   at what the share earned over the last second (at least 10 tokens),
+//!   so a burst of stragglers can spend what recent traffic earned. It
 //!   needs no guess of the request rate and follows traffic as it changes.
-//!   An optional reserve ([`RatioBudget::with_reserve`]) lets a client with
-//!   very little traffic still hedge now and then.
+//!   [`RatioBudget::fixed_cap`] caps the bank at a fixed number of tokens
+//!   instead. An optional reserve ([`RatioBudget::with_reserve`]) lets a
+//!   client with very little traffic still hedge now and then.
 //! - [`TokenBucket`]: a time-refilled bucket (GCRA), refilled at a fixed rate,
 //!   for example `estimated_rps × share` as in the original article. It is
 //!   only as good as the rate estimate.
@@ -21,7 +24,7 @@
 //! ```
 //! use tailguard::budget::{Budget, HedgeBudget, RatioBudget, UNITS_PER_TOKEN};
 //!
-//! // 10 % of traffic, at most 5 hedges banked.
+//! // 10 % of traffic, banking up to a second's earnings (at least 5 hedges).
 //! let budget = Budget::Ratio(RatioBudget::new(1_000, 5)?);
 //! let mut now_ns = 0_u64; // the caller's monotonic clock
 //! for _ in 0..20 {
@@ -51,7 +54,11 @@
 //! an arbitrary epoch. Timestamps that repeat, go backwards or jump far
 //! ahead never panic, overflow or mint tokens:
 //!
-//! - a repeated or earlier timestamp is treated as "no time has passed";
+//! - a repeated or earlier timestamp is treated as "no time has passed" by
+//!   the token bucket; the ratio budget's balance ignores time, and its
+//!   traffic-scaled cap restarts its per-window counts from any timestamp
+//!   outside the windows they hold (the cap falls to its floor and follows
+//!   traffic again within a window: see [`RatioBudget`]'s *Time*);
 //! - after a forward jump followed by a return to the true time, the token
 //!   bucket stays drained until the clock catches up again (it fails
 //!   closed: no hedges, never extra ones);
@@ -62,10 +69,12 @@
 //!
 //! Each budget keeps its admission state in **one** `AtomicU64`: the
 //! theoretical arrival time for [`TokenBucket`], the balance for
-//! [`RatioBudget`] (whose optional reserve is a separate [`TokenBucket`]).
-//! Every deposit and every grant is a single successful
-//! `compare_exchange_weak` on that word, computed from the value it
-//! replaces. All read-modify-write operations on one atomic location are
+//! [`RatioBudget`] (whose optional reserve is a separate [`TokenBucket`],
+//! and whose traffic-scaled cap comes from two more words counting the
+//! deposits per window). Every deposit and every grant is a single
+//! successful `compare_exchange_weak` on that word, computed from the value
+//! it replaces (a deposit first counts itself in its window's counter, a
+//! separate compare-and-swap that only sets the cap it clips to). All read-modify-write operations on one atomic location are
 //! totally ordered (its modification order) whatever `Ordering` they use, so
 //! the budgets are *exact* under any number of threads: a balance can never
 //! be overdrawn, a deposit never lost, and the bounds documented on each type
@@ -161,7 +170,43 @@ pub trait HedgeBudget: Send + Sync {
     /// Grants, denials and the current balance, read without locks.
     fn stats(&self) -> BudgetStats;
 
-    /// TEMPORARY STUB (replaced by the budget branch).
+    /// A new, independent budget with this one's configuration and nothing
+    /// to spend at `now_ns` (it must earn or refill its tokens): what a
+    /// hedger gives a target it starts tracking.
+    ///
+    /// A per-target budget created *full* lets churn mint hedges: evicting
+    /// a target and tracking it again would refill it each time. A drained
+    /// one only has what it earns after `now_ns`. Counters start at zero.
+    ///
+    /// - [`RatioBudget`]: balance 0, fresh window counts, the same share,
+    ///   floor (or fixed cap) and window; its reserve drained too.
+    /// - [`TokenBucket`]: empty at `now_ns`, the next token one interval
+    ///   later (a `now_ns` far ahead leaves it empty until the clock
+    ///   catches up, as any forward jump does).
+    /// - [`Budget`]: each variant drained; [`Budget::Unlimited`] and
+    ///   [`Budget::Never`] stay as they are.
+    /// - `&T`: the same reference. A shared budget stays shared: a hedger
+    ///   holding `&budget` per target spends from the one budget.
+    ///
+    /// Not available on `dyn HedgeBudget` (it returns `Self`), but on
+    /// `&dyn HedgeBudget`. Generic code over `B: HedgeBudget` gets `B`'s
+    /// own method; in concrete code, method syntax on a reference
+    /// auto-derefs (`budget_ref.drained(now)` with `budget_ref: &Budget`
+    /// drains a new `Budget`): write `<&Budget as HedgeBudget>::drained`
+    /// for the reference's.
+    ///
+    /// ```
+    /// use tailguard::budget::{HedgeBudget, TokenBucket};
+    ///
+    /// let template = TokenBucket::new(10, 5)?; // full: 5 tokens
+    /// let now = 42_000_000_000;
+    /// let fresh = template.drained(now);
+    /// assert!(!fresh.try_acquire(now)); // nothing to spend yet
+    /// assert!(fresh.try_acquire(now + 100_000_000)); // one interval later
+    /// assert!(template.try_acquire(now)); // the template is untouched
+    /// # Ok::<(), tailguard::budget::BudgetError>(())
+    /// ```
+    #[must_use]
     fn drained(&self, now_ns: u64) -> Self
     where
         Self: Sized;
@@ -183,6 +228,8 @@ impl<T: HedgeBudget + ?Sized> HedgeBudget for &T {
         (**self).stats()
     }
 
+    /// The same reference: a shared budget stays shared.
+    #[inline]
     fn drained(&self, _now_ns: u64) -> Self {
         self
     }
@@ -264,7 +311,8 @@ impl core::error::Error for BudgetError {}
 
 /// Any budget, as one concrete type for the hedge state machine.
 ///
-/// The default is a [`RatioBudget`] at 10 % (see [`RatioBudget::default`]).
+/// The default is a [`RatioBudget`] at 15 % with a bank of one second's
+/// earnings (see [`RatioBudget::default`]).
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum Budget {
@@ -305,15 +353,6 @@ impl HedgeBudget for Budget {
         }
     }
 
-    fn drained(&self, now_ns: u64) -> Self {
-        match self {
-            Self::Ratio(b) => Self::Ratio(b.drained(now_ns)),
-            Self::TokenBucket(b) => Self::TokenBucket(b.drained(now_ns)),
-            Self::Unlimited => Self::Unlimited,
-            Self::Never => Self::Never,
-        }
-    }
-
     fn stats(&self) -> BudgetStats {
         match self {
             Self::TokenBucket(b) => b.stats(),
@@ -323,6 +362,15 @@ impl HedgeBudget for Budget {
                 ..BudgetStats::default()
             },
             Self::Never => BudgetStats::default(),
+        }
+    }
+
+    fn drained(&self, now_ns: u64) -> Self {
+        match self {
+            Self::TokenBucket(b) => Self::TokenBucket(b.drained(now_ns)),
+            Self::Ratio(b) => Self::Ratio(b.drained(now_ns)),
+            Self::Unlimited => Self::Unlimited,
+            Self::Never => Self::Never,
         }
     }
 }
@@ -444,5 +492,57 @@ mod tests {
         }
         assert!((&dynb).try_acquire(0));
         assert_eq!(dynb.stats().grants, 1);
+    }
+
+    #[test]
+    fn drained_budgets() {
+        const SEC: u64 = 1_000_000_000;
+        assert!(matches!(Budget::Unlimited.drained(5), Budget::Unlimited));
+        assert!(matches!(Budget::Never.drained(5), Budget::Never));
+        let Ok(bucket) = TokenBucket::new(1, 3) else {
+            unreachable!()
+        };
+        let d = Budget::TokenBucket(bucket).drained(7);
+        assert!(matches!(d, Budget::TokenBucket(_)));
+        assert!(!d.try_acquire(7));
+        assert!(d.try_acquire(SEC + 7) && !d.try_acquire(SEC + 7));
+        let b = Budget::default();
+        for _ in 0..100 {
+            b.on_request(0);
+        }
+        assert!(b.try_acquire(0));
+        let d = b.drained(0);
+        assert!(matches!(d, Budget::Ratio(_)) && !d.try_acquire(0));
+        // A reference is a shared budget: drained gives the same one back
+        // (called through the trait for `&T`: `r.drained(0)` would
+        // auto-deref to `Budget::drained`).
+        let r = &b;
+        assert!(core::ptr::eq(<&Budget as HedgeBudget>::drained(&r, 0), r));
+        let dynb: &dyn HedgeBudget = &b;
+        let same = <&dyn HedgeBudget as HedgeBudget>::drained(&dynb, u64::MAX);
+        assert!(core::ptr::addr_eq(same, dynb));
+    }
+
+    #[test]
+    fn churn_cannot_refill_a_drained_budget() {
+        // One table slot, two targets alternating every 10 ms for a second,
+        // every request wanting a hedge. A budget created full would
+        // grant on each switch; a drained one only what it earns.
+        const MS: u64 = 1_000_000;
+        let Ok(bucket) = TokenBucket::new(5, 10) else {
+            unreachable!()
+        };
+        let templates = [Budget::TokenBucket(bucket), Budget::default()];
+        for template in &templates {
+            let mut grants = 0_u32;
+            let mut now = 0_u64;
+            while now < 1_000 * MS {
+                let slot = template.drained(now); // target evicted, re-added
+                slot.on_request(now);
+                grants = grants.saturating_add(u32::from(slot.try_acquire(now)));
+                now = now.saturating_add(10 * MS);
+            }
+            assert_eq!(grants, 0, "{template:?}");
+        }
     }
 }

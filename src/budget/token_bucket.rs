@@ -154,7 +154,7 @@ impl TokenBucket {
 
     /// Takes one token without touching the counters.
     #[inline]
-    pub(super) fn take(&self, now_ns: u64) -> bool {
+    fn take(&self, now_ns: u64) -> bool {
         let limit = now_ns.saturating_add(self.window_ns);
         let mut tat = self.tat.load(Ordering::Relaxed);
         loop {
@@ -196,13 +196,28 @@ impl HedgeBudget for TokenBucket {
         }
     }
 
-    fn drained(&self, _now_ns: u64) -> Self {
-        Self::with_interval(self.interval_ns, self.burst).unwrap_or_else(|_| unreachable!())
-    }
-
     fn stats(&self) -> BudgetStats {
         let seen = self.seen.load(Ordering::Relaxed);
         self.counters.stats(self.balance_at(seen))
+    }
+
+    /// Empty at `now_ns`: TAT set to `now_ns + burst × interval`, so the
+    /// next token can be taken at `now_ns + interval` and the bucket is
+    /// full again `burst` intervals later. Counters start at zero.
+    ///
+    /// As after any forward jump, a `now_ns` ahead of the true time leaves
+    /// the bucket empty until the clock catches up; within `burst`
+    /// intervals of `u64::MAX` TAT saturates there and the bucket never
+    /// grants again (fails closed).
+    fn drained(&self, now_ns: u64) -> Self {
+        Self {
+            tat: AtomicU64::new(now_ns.saturating_add(self.window_ns)),
+            seen: AtomicU64::new(now_ns),
+            counters: Counters::new(),
+            interval_ns: self.interval_ns,
+            window_ns: self.window_ns,
+            burst: self.burst,
+        }
     }
 }
 
@@ -279,5 +294,43 @@ mod tests {
             unreachable!()
         };
         assert!(!b.try_acquire(u64::MAX)); // TAT would overflow: fail closed
+    }
+
+    #[test]
+    fn drained_is_empty_for_one_interval() {
+        let Ok(b) = TokenBucket::new(10, 5) else {
+            unreachable!()
+        };
+        let interval = b.interval_ns(); // 100 ms
+        let now = 3_000_000_000;
+        let d = b.drained(now);
+        assert_eq!((d.interval_ns(), d.burst()), (interval, 5));
+        assert_eq!(d.balance_at(now), 0);
+        assert_eq!(d.stats(), BudgetStats::default());
+        assert!(!d.try_acquire(now));
+        assert!(!d.try_acquire(now.saturating_add(interval - 1)));
+        assert!(d.try_acquire(now.saturating_add(interval)));
+        assert!(!d.try_acquire(now.saturating_add(interval)));
+        assert!(!d.try_acquire(0)); // earlier: nothing minted
+        let s = d.stats();
+        assert_eq!((s.grants, s.denials), (1, 4));
+        // The original is untouched (and still full).
+        assert_eq!(b.balance_at(now), 50_000);
+        assert_eq!(b.stats().grants, 0);
+        // Wild timestamps: no panic, nothing to spend at `now` or before.
+        for now in [
+            0,
+            1,
+            u64::MAX / 2,
+            u64::MAX - interval,
+            u64::MAX - 1,
+            u64::MAX,
+        ] {
+            let d = b.drained(now);
+            assert_eq!(d.balance_at(now), 0);
+            assert!(!d.try_acquire(now) && !d.try_acquire(0));
+            let _ = d.try_acquire(now.saturating_add(interval));
+            assert!(d.stats().grants <= 1);
+        }
     }
 }
