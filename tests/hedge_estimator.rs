@@ -19,9 +19,7 @@ use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 use rand_distr::{Distribution, LogNormal, Pareto};
 use tailguard::budget::Budget;
-use tailguard::hedge::{
-    Attempt, DelaySource, HedgeConfig, Hedger, Idempotency, Plan, TimerAction,
-};
+use tailguard::hedge::{Attempt, DelaySource, HedgeConfig, Hedger, Idempotency, Plan, TimerAction};
 
 const MS: f64 = 1e6;
 
@@ -67,7 +65,14 @@ impl Backend {
 /// Runs `requests` one after another, 1 ms apart, and returns the mean of
 /// delay ÷ `truth` over the requests after the first third whose delay came
 /// from the window.
-fn mean_ratio(backend: Backend, q: f64, hedges: u8, budget: Budget, requests: u32, truth: f64) -> f64 {
+fn mean_ratio(
+    backend: Backend,
+    q: f64,
+    hedges: u8,
+    budget: Budget,
+    requests: u32,
+    truth: f64,
+) -> f64 {
     let config = HedgeConfig::DEFAULT
         .quantile(q)
         .min_delay_ns(0)
@@ -79,7 +84,11 @@ fn mean_ratio(backend: Backend, q: f64, hedges: u8, budget: Budget, requests: u3
         let t = u64::from(i) * 1_000_000;
         let mut req = hedger.start((), t, Idempotency::Idempotent);
         if i >= requests / 3 {
-            if let Plan::Hedge { delay_ns, source: DelaySource::Target } = req.plan() {
+            if let Plan::Hedge {
+                delay_ns,
+                source: DelaySource::Target,
+            } = req.plan()
+            {
                 sum += delay_ns as f64 / truth;
                 n += 1;
             }
@@ -121,7 +130,10 @@ fn check(backend: Backend) {
         // the bias sought is below that.
         let requests = if q > 0.95 { 180_000 } else { 60_000 };
         for hedges in [1, 3] {
-            for (name, budget) in [("unlimited", Budget::Unlimited), ("default", Budget::default())] {
+            for (name, budget) in [
+                ("unlimited", Budget::Unlimited),
+                ("default", Budget::default()),
+            ] {
                 let r = mean_ratio(backend, q, hedges, budget, requests, truth);
                 println!("{backend:?} q={q} hedges={hedges} budget={name}: delay/true = {r:.4}");
                 if !(0.97..=1.03).contains(&r) {
