@@ -9,7 +9,7 @@ use crate::engine::{
     Outcome, Quantiles, Signal, Workload, MS, SEC,
 };
 use tailguard::budget::{Budget, RatioBudget};
-use tailguard::hedge::{HedgeConfig, HedgeStats, Hedger};
+use tailguard::hedge::{HedgeConfig, HedgeStats};
 
 /// Concurrent workers in every scenario.
 pub const WORKERS: usize = 20;
@@ -31,6 +31,20 @@ pub struct Row {
     pub outcome: Outcome,
 }
 
+impl Row {
+    /// A row of `outcome`, with `stats` from the client.
+    pub fn new(name: &str, outcome: Outcome, stats: Option<HedgeStats>) -> Self {
+        Self {
+            name: name.to_owned(),
+            q: quantiles(&outcome.users),
+            extra_load: outcome.extra_load(),
+            work_ms: outcome.busy_ns as f64 / MS as f64 / outcome.requests.max(1) as f64,
+            stats,
+            outcome,
+        }
+    }
+}
+
 fn row<C: Client>(
     name: &str,
     client: &mut C,
@@ -39,20 +53,11 @@ fn row<C: Client>(
     seed: u64,
 ) -> Row {
     let outcome = simulate(client, backend, workload, seed);
-    Row {
-        name: name.to_owned(),
-        q: quantiles(&outcome.users),
-        extra_load: outcome.extra_load(),
-        work_ms: outcome.busy_ns as f64 / MS as f64 / outcome.requests.max(1) as f64,
-        stats: None,
-        outcome,
-    }
+    Row::new(name, outcome, client.stats())
 }
 
 fn ours_row(name: &str, mut client: Ours, backend: &Backend, w: Workload, seed: u64) -> Row {
-    let mut r = row(name, &mut client, backend, w, seed);
-    r.stats = Some(client.hedger.stats());
-    r
+    row(name, &mut client, backend, w, seed)
 }
 
 /// A client of ours with `config` and the default 10 % ratio budget.
@@ -63,10 +68,7 @@ pub fn ours(config: HedgeConfig) -> Ours {
 /// A client of ours with `config` and `budget`, racing and recording on
 /// `signal`.
 pub fn ours_with(config: HedgeConfig, budget: Budget, signal: Signal) -> Ours {
-    Ours::new(
-        Hedger::with_budget(config, budget).expect("valid config"),
-        signal,
-    )
+    Ours::with_budget(config, budget, signal)
 }
 
 /// No hedging: our hedger with `max_hedges(0)` (it still measures).
@@ -199,12 +201,7 @@ fn three_phases(phase_ns: u64, middle: &str) -> Vec<(String, u64, u64)> {
 /// `phase_ns` each.
 pub fn drift(phase_ns: u64, seed: u64) -> Phased {
     let backend = Backend::article(0.05).with_slowdown(phase_ns, 2 * phase_ns, 3.0);
-    let w = Workload {
-        users: u64::MAX,
-        workers: WORKERS,
-        fanout: 1,
-        until_ns: Some(3 * phase_ns),
-    };
+    let w = Workload::closed_loop(u64::MAX, WORKERS).until(3 * phase_ns);
     let adaptive = HedgeConfig::DEFAULT.rotation_period_ns(FAST_ROTATION_NS);
     let rows = vec![
         ours_row("no hedging", ours(no_hedging()), &backend, w, seed),
@@ -230,12 +227,7 @@ pub fn drift(phase_ns: u64, seed: u64) -> Phased {
 /// Every attempt is 10× slower during the middle of three phases.
 pub fn outage(phase_ns: u64, seed: u64) -> Phased {
     let backend = Backend::article(0.05).with_slowdown(phase_ns, 2 * phase_ns, 10.0);
-    let w = Workload {
-        users: u64::MAX,
-        workers: WORKERS,
-        fanout: 1,
-        until_ns: Some(3 * phase_ns),
-    };
+    let w = Workload::closed_loop(u64::MAX, WORKERS).until(3 * phase_ns);
     let adaptive = HedgeConfig::DEFAULT.rotation_period_ns(FAST_ROTATION_NS);
     let rows = vec![
         ours_row("no hedging", ours(no_hedging()), &backend, w, seed),
@@ -361,12 +353,8 @@ pub fn fan_out(widths: &[usize], backend_requests: u64, seed: u64) -> Vec<FanOut
     widths
         .iter()
         .map(|&n| {
-            let w = Workload {
-                users: (backend_requests / n as u64).max(100),
-                workers: WORKERS,
-                fanout: n,
-                until_ns: None,
-            };
+            let w =
+                Workload::closed_loop((backend_requests / n as u64).max(100), WORKERS).fanout(n);
             let mut rows = vec![
                 ours_row("no hedging", ours(no_hedging()), &backend, w, seed),
                 ours_row(
