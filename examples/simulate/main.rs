@@ -111,7 +111,10 @@ fn main() -> ExitCode {
     }
     if run("outage") {
         eprintln!("[simulate] outage: 3 phases of {} s …", phase_ns / SEC);
-        print_outage(&scenarios::outage(phase_ns, args.seed), &mut csv);
+        print_outage(
+            &scenarios::outage(phase_ns, &scenarios::sweep_delays(), args.seed),
+            &mut csv,
+        );
     }
     if run("streaming") {
         eprintln!("[simulate] streaming: {n} requests × 6 strategies …");
