@@ -1,15 +1,35 @@
 //! The discrete-event engine behind `cargo run --example simulate`, shared
 //! with `tests/simulation.rs`.
 //!
-//! Virtual time in nanoseconds, a binary-heap event queue, a seeded PRNG: no
+//! Virtual time in nanoseconds, a binary-heap event queue, seeded PRNGs: no
 //! clock, no sleep, no thread, the same output for the same seed. Clients
 //! drive the real [`Hedger`] exactly as a network client would: `start`, arm a
 //! timer at [`Request::next_timer`], `on_timer` → send the hedge it names,
 //! `on_commit` on the commit signal → cancel the losers.
 //!
-//! The backend has unlimited capacity (no queueing): each attempt draws its
-//! own latency when it is sent. An attempt costs backend time from its send
-//! until it answers or is cancelled, whichever comes first.
+//! Every call into [`Hedger`] lives in the adapter [`Ours`] (and its
+//! [`Client`] impl): when the hedger's API changes, only that adapter does.
+//!
+//! Load is either a closed loop of workers (each issues its next user
+//! request when the last completes) or open-loop Poisson arrivals. A user
+//! request goes to a *target* (the key the client is started with: one
+//! target, or several with a skewed popularity); each attempt is served by a
+//! *replica* of the backend, chosen by the engine ([`Routing`]). Replicas may
+//! be slower than others and may pause (a stop-the-world GC): a pause stalls
+//! every attempt on that replica, in flight or arriving, until it ends.
+//!
+//! The backend has otherwise unlimited capacity (no queueing): each attempt
+//! draws its own latency when it is sent. An attempt costs backend time from
+//! its send until it answers or is cancelled, whichever comes first.
+//!
+//! Randomness: closed-loop runs draw every attempt's latency from one stream
+//! in send order (as they always did, so their tables are unchanged).
+//! Open-loop runs use *common random numbers*: arrival times come from their
+//! own stream, and attempt `a` of the `i`-th user request draws its latency,
+//! its replica and its target from a generator seeded by `(seed, i, a)`, so
+//! every strategy run with the same seed sees the same arrivals, the same
+//! primaries and the same would-be hedges: the rows differ by the hedging
+//! alone.
 
 // The example and the test each use a subset of this module.
 #![allow(dead_code)]
@@ -18,7 +38,10 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
 use tailguard::budget::{Budget, HedgeBudget, TokenBucket};
-use tailguard::hedge::{Attempt, CommitOutcome, Hedger, Idempotency, Request, TimerAction};
+use tailguard::hedge::{
+    Attempt, CommitOutcome, HedgeConfig, HedgeStats, Hedger, Idempotency, Plan, Request,
+    TimerAction,
+};
 use tailguard::window::LatencyWindow;
 
 /// Nanoseconds in a millisecond.
@@ -54,6 +77,16 @@ impl Rng {
         }
     }
 
+    /// The generator for a tuple of values (a stream id, a request number,
+    /// an attempt …): each tuple gets its own independent stream.
+    pub fn keyed(parts: &[u64]) -> Self {
+        let mut h = 0x6A09_E667_F3BC_C908_u64;
+        for &p in parts {
+            h = Self::new(h ^ p.wrapping_mul(0x9E37_79B9_7F4A_7C15)).next_u64();
+        }
+        Self::new(h)
+    }
+
     /// The next 64 random bits.
     pub fn next_u64(&mut self) -> u64 {
         let result = self.s[1].wrapping_mul(5).rotate_left(7).wrapping_mul(9);
@@ -75,6 +108,17 @@ impl Rng {
     /// `true` with probability `p`.
     pub fn chance(&mut self, p: f64) -> bool {
         self.uniform() < p
+    }
+
+    /// Uniform in `0..n` (`n` > 0).
+    pub fn below(&mut self, n: u32) -> u32 {
+        (((self.next_u64() >> 32) * u64::from(n)) >> 32) as u32
+    }
+
+    /// Exponential with mean `mean_ns`, in nanoseconds.
+    pub fn exp_ns(&mut self, mean_ns: f64) -> u64 {
+        let u = 1.0 - self.uniform(); // (0, 1]: ln is finite
+        (-u.ln() * mean_ns) as u64
     }
 
     /// Standard normal (Box–Muller; the second value is kept for next time).
@@ -145,6 +189,27 @@ pub enum Latency {
         /// Share of misses.
         miss_prob: f64,
     },
+    /// A Pareto (power-law) tail: `scale_ms × U^(−1/shape)`, capped at
+    /// `cap_ms` (a client timeout; the cap keeps the mean finite in
+    /// practice). Shape ≤ 2 has infinite variance.
+    Pareto {
+        /// Tail index α.
+        shape: f64,
+        /// The minimum (ms).
+        scale_ms: f64,
+        /// The cap (ms).
+        cap_ms: f64,
+    },
+    /// Two modes: `fast`, or with probability `slow_prob` (per attempt)
+    /// `slow` (a cache miss, a cold path).
+    Bimodal {
+        /// The usual mode.
+        fast: LogNormal,
+        /// The slow mode.
+        slow: LogNormal,
+        /// Share of the slow mode.
+        slow_prob: f64,
+    },
 }
 
 /// A stretch of virtual time during which every attempt sent is `factor`
@@ -159,6 +224,63 @@ pub struct Slowdown {
     pub factor: f64,
 }
 
+/// One server of the backend.
+#[derive(Clone, Debug)]
+pub struct Replica {
+    /// Multiplier on every attempt's latency on this replica.
+    pub scale: f64,
+    /// Stop-the-world pauses, `[start, end)` in ns, sorted and disjoint.
+    pub pauses: Vec<(u64, u64)>,
+}
+
+impl Replica {
+    /// A replica `scale` times slower than the model, never pausing.
+    pub fn scaled(scale: f64) -> Self {
+        Self {
+            scale,
+            pauses: Vec::new(),
+        }
+    }
+
+    /// When an attempt sent at `send` that needs `work_ns` of service
+    /// finishes: service makes no progress during a pause, so an attempt
+    /// sent during a pause finishes `work_ns` after it ends, and one in
+    /// flight when a pause starts finishes the pause's length later.
+    pub fn finish(&self, send: u64, work_ns: u64) -> u64 {
+        let first = self.pauses.partition_point(|&(_, end)| end <= send);
+        let (mut t, mut rem) = (send, work_ns);
+        for &(from, until) in &self.pauses[first..] {
+            if from > t {
+                let run = from - t;
+                if run >= rem {
+                    return t + rem;
+                }
+                rem -= run;
+            }
+            t = t.max(until);
+        }
+        t + rem
+    }
+}
+
+/// Pause intervals `[start, start + pause_ns)` up to `horizon_ns`, with
+/// exponential gaps of mean `mean_gap_ns` between one pause's end and the
+/// next one's start (a Poisson process of pauses, a pause at a time).
+pub fn poisson_pauses(
+    rng: &mut Rng,
+    pause_ns: u64,
+    mean_gap_ns: u64,
+    horizon_ns: u64,
+) -> Vec<(u64, u64)> {
+    let mut pauses = Vec::new();
+    let mut t = rng.exp_ns(mean_gap_ns as f64);
+    while t < horizon_ns {
+        pauses.push((t, t + pause_ns));
+        t += pause_ns + rng.exp_ns(mean_gap_ns as f64);
+    }
+    pauses
+}
+
 /// The backend every attempt goes to.
 #[derive(Clone, Debug)]
 pub struct Backend {
@@ -166,6 +288,8 @@ pub struct Backend {
     pub latency: Latency,
     /// Time-varying slowdowns (drift, outage), by the attempt's send time.
     pub slowdowns: Vec<Slowdown>,
+    /// Its servers; empty means one plain replica (scale 1, no pauses).
+    pub replicas: Vec<Replica>,
 }
 
 /// One attempt's fate, drawn when it is sent.
@@ -175,36 +299,40 @@ pub struct Draw {
     pub headers_ns: Option<u64>,
     /// Time from send to the answer (the response, or the first token).
     pub answer_ns: u64,
-    /// A slow attempt (straggler or cache miss).
+    /// A slow attempt (straggler, cache miss, slow mode, or caught by a
+    /// pause).
     pub slow: bool,
 }
 
 impl Backend {
+    /// A backend with this latency model, one replica, no slowdown.
+    pub fn new(latency: Latency) -> Self {
+        Self {
+            latency,
+            slowdowns: Vec::new(),
+            replicas: Vec::new(),
+        }
+    }
+
     /// The article's backend: lognormal mean 5 ms, sd 2 ms, `slow_prob` of
     /// attempts ×10.
     pub fn article(slow_prob: f64) -> Self {
-        Self {
-            latency: Latency::Plain {
-                base: LogNormal::from_mean_sd(5.0, 2.0),
-                slow_prob,
-                slow_factor: 10.0,
-            },
-            slowdowns: Vec::new(),
-        }
+        Self::new(Latency::Plain {
+            base: LogNormal::from_mean_sd(5.0, 2.0),
+            slow_prob,
+            slow_factor: 10.0,
+        })
     }
 
     /// The LLM streaming backend: headers ≈ 1 ms, first token 80 %
     /// lognormal(15, 3) ms, 20 % lognormal(200, 25) ms.
     pub fn streaming() -> Self {
-        Self {
-            latency: Latency::Streaming {
-                headers: LogNormal::from_mean_sd(1.0, 0.2),
-                hit: LogNormal::from_mean_sd(15.0, 3.0),
-                miss: LogNormal::from_mean_sd(200.0, 25.0),
-                miss_prob: 0.20,
-            },
-            slowdowns: Vec::new(),
-        }
+        Self::new(Latency::Streaming {
+            headers: LogNormal::from_mean_sd(1.0, 0.2),
+            hit: LogNormal::from_mean_sd(15.0, 3.0),
+            miss: LogNormal::from_mean_sd(200.0, 25.0),
+            miss_prob: 0.20,
+        })
     }
 
     /// The same backend, `factor` times slower during `[from, until)`.
@@ -217,7 +345,19 @@ impl Backend {
         self
     }
 
-    fn factor_at(&self, now: u64) -> f64 {
+    /// The same backend served by these replicas.
+    pub fn with_replicas(mut self, replicas: Vec<Replica>) -> Self {
+        self.replicas = replicas;
+        self
+    }
+
+    /// How many replicas serve it (at least 1).
+    pub fn replica_count(&self) -> u32 {
+        (self.replicas.len() as u32).max(1)
+    }
+
+    /// The latency multiplier in force at `now`.
+    pub fn factor_at(&self, now: u64) -> f64 {
         self.slowdowns
             .iter()
             .filter(|s| (s.from_ns..s.until_ns).contains(&now))
@@ -225,10 +365,15 @@ impl Backend {
             .product()
     }
 
-    /// Draws one attempt sent at `now`.
+    /// Draws one attempt sent at `now` (replicas aside).
     pub fn draw(&self, rng: &mut Rng, now: u64) -> Draw {
         let factor = self.factor_at(now);
         let scale = |ns: u64| ((ns as f64 * factor) as u64).max(1);
+        let plain = |ns: u64, slow| Draw {
+            headers_ns: None,
+            answer_ns: scale(ns),
+            slow,
+        };
         match self.latency {
             Latency::Plain {
                 base,
@@ -237,11 +382,7 @@ impl Backend {
             } => {
                 let slow = rng.chance(slow_prob);
                 let ns = base.sample_ns(rng) as f64 * if slow { slow_factor } else { 1.0 };
-                Draw {
-                    headers_ns: None,
-                    answer_ns: scale(ns as u64),
-                    slow,
-                }
+                plain(ns as u64, slow)
             }
             Latency::Streaming {
                 headers,
@@ -258,7 +399,64 @@ impl Backend {
                     slow,
                 }
             }
+            Latency::Pareto {
+                shape,
+                scale_ms,
+                cap_ms,
+            } => {
+                let u = 1.0 - rng.uniform(); // (0, 1]
+                let ms = (scale_ms * u.powf(-1.0 / shape)).min(cap_ms);
+                plain((ms * MS as f64) as u64, false)
+            }
+            Latency::Bimodal {
+                fast,
+                slow,
+                slow_prob,
+            } => {
+                let is_slow = rng.chance(slow_prob);
+                let ns = if is_slow { slow } else { fast }.sample_ns(rng);
+                plain(ns, is_slow)
+            }
         }
+    }
+
+    /// Draws one attempt sent at `now` to `replica`: the model's draw,
+    /// scaled by the replica and stretched by its pauses.
+    pub fn draw_on(&self, rng: &mut Rng, now: u64, replica: u32) -> Draw {
+        let mut d = self.draw(rng, now);
+        let Some(r) = self.replicas.get(replica as usize) else {
+            return d;
+        };
+        let on = |ns: u64| {
+            let work = if r.scale == 1.0 {
+                ns
+            } else {
+                ((ns as f64 * r.scale) as u64).max(1)
+            };
+            (r.finish(now, work) - now, work)
+        };
+        let (answer, work) = on(d.answer_ns);
+        d.slow |= answer > work;
+        d.answer_ns = answer;
+        d.headers_ns = d.headers_ns.map(|h| on(h).0);
+        d
+    }
+
+    /// The attempt-latency quantiles `qs` (ms) of the model at time `at_ns`
+    /// (slowdowns included, replicas aside), by Monte Carlo over `draws`
+    /// draws: the truth a hedger's delay is measured against.
+    pub fn true_quantiles_ms(&self, at_ns: u64, qs: &[f64], draws: usize, seed: u64) -> Vec<f64> {
+        let mut rng = Rng::keyed(&[0x7275_7468, seed]);
+        let mut v: Vec<u64> = (0..draws.max(1))
+            .map(|_| self.draw(&mut rng, at_ns).answer_ns)
+            .collect();
+        v.sort_unstable();
+        qs.iter()
+            .map(|&q| {
+                let rank = ((q * v.len() as f64).ceil() as usize).clamp(1, v.len());
+                v[rank - 1] as f64 / MS as f64
+            })
+            .collect()
     }
 }
 
@@ -275,13 +473,31 @@ pub enum Signal {
     Answer,
 }
 
+/// Where a request's hedge delay came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum DelayOrigin {
+    /// Measured latency (the hedger's window held enough samples).
+    Data,
+    /// A configured prior or fixed delay (cold start, static policies).
+    Prior,
+    /// No delay: the request is not hedged (cold start without a prior,
+    /// hedging disabled, a policy that does not say).
+    #[default]
+    NoDelay,
+}
+
 /// A hedging client as the engine sees it. Attempt numbers are `0` for the
-/// primary and `1..` for hedges; sets of attempts are bit masks.
+/// primary and `1..` for hedges; sets of attempts are bit masks. Targets and
+/// replicas are the engine's small integers.
 pub trait Client {
-    /// Per-request state, owned by the engine.
+    /// Per-request state, owned by the engine (never copied or cloned).
     type Req;
-    /// A request starts at `now`; its primary is sent.
-    fn start(&mut self, now: u64) -> Self::Req;
+    /// A request to `target` starts at `now`; its primary is sent.
+    fn start(&mut self, target: u32, now: u64) -> Self::Req;
+    /// Hedge `attempt` (≥ 1) of `req` is about to be sent to `target` (a
+    /// replica, under [`Routing::Spread`]; the request's own target
+    /// otherwise).
+    fn route(&mut self, _req: &mut Self::Req, _attempt: u8, _target: u32) {}
     /// When the engine should call [`on_timer`](Self::on_timer) next.
     fn next_timer(&self, req: &Self::Req) -> Option<u64>;
     /// The timer fired: `Some(attempt)` to send a hedge now.
@@ -295,23 +511,65 @@ pub trait Client {
     fn races_on(&self) -> Signal {
         Signal::Answer
     }
-    /// The hedge delay a request would get now, if any.
-    fn delay_ns(&self, now: u64) -> Option<u64>;
+    /// The hedge delay a request to `target` would get at `now`, if any.
+    fn delay_ns(&self, target: u32, now: u64) -> Option<u64>;
+    /// Where `req`'s delay came from, as decided at its start.
+    fn delay_origin(&self, _req: &Self::Req) -> DelayOrigin {
+        DelayOrigin::NoDelay
+    }
+    /// The hedger's counters, for clients that have one.
+    fn stats(&self) -> Option<HedgeStats> {
+        None
+    }
 }
 
-/// Our [`Hedger`], driven through its public API only.
+/// The hedger's key for one of the engine's target numbers: `()` for a
+/// single-target hedger (every target is the same key), `u32` for a keyed
+/// one.
+pub trait TargetKey: PartialEq + Copy {
+    /// The key of target `id`.
+    fn from_id(id: u32) -> Self;
+}
+
+impl TargetKey for () {
+    fn from_id(_: u32) -> Self {}
+}
+
+impl TargetKey for u32 {
+    fn from_id(id: u32) -> Self {
+        id
+    }
+}
+
+/// Our [`Hedger`], driven through its public API only: **the adapter**.
+/// Every call into `tailguard::hedge::Hedger` in the simulation is in this
+/// `impl` block or the `Client` impl below it.
 #[derive(Debug)]
-pub struct Ours<B: HedgeBudget = Budget> {
-    /// The state machine.
-    pub hedger: Hedger<(), B>,
+pub struct Ours<K: TargetKey = (), B: HedgeBudget = Budget, const T: usize = 1> {
+    hedger: Hedger<K, B, T>,
     /// The commit signal: raced on and recorded.
-    pub signal: Signal,
+    signal: Signal,
 }
 
-impl<B: HedgeBudget> Ours<B> {
-    /// Wraps `hedger`, racing and recording on `signal`.
-    pub fn new(hedger: Hedger<(), B>, signal: Signal) -> Self {
-        Self { hedger, signal }
+/// [`Ours`]'s per-request state.
+#[derive(Debug)]
+pub struct OursReq<K> {
+    request: Request<K>,
+}
+
+impl<K: TargetKey, B: HedgeBudget, const T: usize> Ours<K, B, T> {
+    /// A hedger with `config` whose targets all share `budget`, racing and
+    /// recording on `signal`.
+    pub fn with_budget(config: HedgeConfig, budget: B, signal: Signal) -> Self {
+        Self {
+            hedger: Hedger::with_budget(config, budget).expect("valid config"),
+            signal,
+        }
+    }
+
+    /// The hedger's counters.
+    pub fn hedge_stats(&self) -> HedgeStats {
+        self.hedger.stats()
     }
 }
 
@@ -319,20 +577,27 @@ fn mask(set: tailguard::hedge::AttemptSet) -> u8 {
     set.iter().fold(0, |m, a| m | (1 << a.0))
 }
 
-impl<B: HedgeBudget> Client for Ours<B> {
-    type Req = Request<()>;
+impl<K: TargetKey, B: HedgeBudget, const T: usize> Client for Ours<K, B, T> {
+    type Req = OursReq<K>;
 
-    fn start(&mut self, now: u64) -> Request<()> {
-        // The timer to arm is `next_timer`; the plan only informs.
-        self.hedger.start((), now, Idempotency::Idempotent)
+    fn start(&mut self, target: u32, now: u64) -> OursReq<K> {
+        let request = self
+            .hedger
+            .start(K::from_id(target), now, Idempotency::Idempotent);
+        OursReq { request }
     }
 
-    fn next_timer(&self, req: &Request<()>) -> Option<u64> {
-        req.next_timer()
+    fn route(&mut self, req: &mut OursReq<K>, attempt: u8, target: u32) {
+        // The hedge's latency is recorded under the replica that served it.
+        req.request.route(Attempt(attempt), K::from_id(target));
     }
 
-    fn on_timer(&mut self, req: &mut Request<()>, now: u64) -> Option<u8> {
-        match self.hedger.on_timer(req, now) {
+    fn next_timer(&self, req: &OursReq<K>) -> Option<u64> {
+        req.request.next_timer()
+    }
+
+    fn on_timer(&mut self, req: &mut OursReq<K>, now: u64) -> Option<u8> {
+        match self.hedger.on_timer(&mut req.request, now) {
             TimerAction::SendHedge(a) => Some(a.0),
             // No deadline is configured, so `GiveUp` does not happen; the
             // engine re-arms at `next_timer` after `Wait`.
@@ -340,8 +605,11 @@ impl<B: HedgeBudget> Client for Ours<B> {
         }
     }
 
-    fn on_commit(&mut self, req: &mut Request<()>, attempt: u8, now: u64) -> Option<u8> {
-        match self.hedger.on_commit(req, Attempt(attempt), now) {
+    fn on_commit(&mut self, req: &mut OursReq<K>, attempt: u8, now: u64) -> Option<u8> {
+        match self
+            .hedger
+            .on_commit(&mut req.request, Attempt(attempt), now)
+        {
             CommitOutcome::Won { cancel, .. } => Some(mask(cancel)),
             CommitOutcome::Late | CommitOutcome::Unknown => None,
         }
@@ -351,8 +619,20 @@ impl<B: HedgeBudget> Client for Ours<B> {
         self.signal
     }
 
-    fn delay_ns(&self, now: u64) -> Option<u64> {
-        self.hedger.delay_ns(&(), now)
+    fn delay_ns(&self, target: u32, now: u64) -> Option<u64> {
+        self.hedger.delay_ns(&K::from_id(target), now)
+    }
+
+    fn delay_origin(&self, req: &OursReq<K>) -> DelayOrigin {
+        match req.request.plan() {
+            Plan::Hedge { source, .. } if source.is_data_driven() => DelayOrigin::Data,
+            Plan::Hedge { .. } => DelayOrigin::Prior,
+            Plan::NoHedge(_) => DelayOrigin::NoDelay,
+        }
+    }
+
+    fn stats(&self) -> Option<HedgeStats> {
+        Some(self.hedge_stats())
     }
 }
 
@@ -446,10 +726,10 @@ impl GoReference {
 impl Client for GoReference {
     type Req = SimpleReq;
 
-    fn start(&mut self, now: u64) -> SimpleReq {
+    fn start(&mut self, _target: u32, now: u64) -> SimpleReq {
         self.started += 1;
         self.window.advance(now);
-        SimpleReq::new(now, self.delay_ns(now))
+        SimpleReq::new(now, self.delay())
     }
 
     fn next_timer(&self, req: &SimpleReq) -> Option<u64> {
@@ -467,7 +747,13 @@ impl Client for GoReference {
         Some(losers)
     }
 
-    fn delay_ns(&self, _now: u64) -> Option<u64> {
+    fn delay_ns(&self, _target: u32, _now: u64) -> Option<u64> {
+        self.delay()
+    }
+}
+
+impl GoReference {
+    fn delay(&self) -> Option<u64> {
         if self.started <= Self::WARMUP_REQUESTS {
             return Some(Self::WARMUP_DELAY_NS);
         }
@@ -508,10 +794,10 @@ impl HeaderCalibrated {
 impl Client for HeaderCalibrated {
     type Req = SimpleReq;
 
-    fn start(&mut self, now: u64) -> SimpleReq {
+    fn start(&mut self, _target: u32, now: u64) -> SimpleReq {
         self.window.advance(now);
         self.budget.on_request(now);
-        SimpleReq::new(now, self.delay_ns(now))
+        SimpleReq::new(now, self.delay())
     }
 
     fn next_timer(&self, req: &SimpleReq) -> Option<u64> {
@@ -532,7 +818,13 @@ impl Client for HeaderCalibrated {
         req.win(attempt)
     }
 
-    fn delay_ns(&self, _now: u64) -> Option<u64> {
+    fn delay_ns(&self, _target: u32, _now: u64) -> Option<u64> {
+        self.delay()
+    }
+}
+
+impl HeaderCalibrated {
+    fn delay(&self) -> Option<u64> {
         if self.window.count() < self.min_samples {
             return None;
         }
@@ -545,30 +837,165 @@ impl Client for HeaderCalibrated {
 // The simulation
 // ---------------------------------------------------------------------------
 
-/// What to run: closed-loop workers, each issuing user requests one after
-/// another; each user request fans out to `fanout` backend requests and
+/// How user requests arrive.
+#[derive(Clone, Copy, Debug)]
+pub enum Arrivals {
+    /// Closed loop: `workers` workers, each issuing its next user request
+    /// when the last one completes (load falls when latency rises).
+    ClosedLoop {
+        /// Concurrent workers.
+        workers: usize,
+    },
+    /// Open loop: Poisson arrivals at `per_sec` user requests per second,
+    /// whatever the latency (load does not fall when latency rises).
+    Poisson {
+        /// Mean arrival rate.
+        per_sec: f64,
+    },
+}
+
+/// Which target each user request goes to.
+#[derive(Clone, Copy, Debug)]
+pub enum Popularity {
+    /// Every request goes to target 0.
+    One,
+    /// `n` targets: target 0 (the hot key) gets `hot_share` of requests,
+    /// targets `1..n` share the rest in proportion to `1/k` (Zipf, s = 1).
+    HotZipf {
+        /// Targets.
+        n: u32,
+        /// The hot key's share.
+        hot_share: f64,
+    },
+}
+
+impl Popularity {
+    /// How many targets.
+    pub fn targets(&self) -> u32 {
+        match *self {
+            Self::One => 1,
+            Self::HotZipf { n, .. } => n,
+        }
+    }
+
+    /// The share of requests going to target `k`.
+    pub fn share(&self, k: u32) -> f64 {
+        match *self {
+            Self::One => f64::from(u8::from(k == 0)),
+            Self::HotZipf { n, hot_share } => {
+                if k == 0 {
+                    return hot_share;
+                }
+                let h: f64 = (1..n).map(|j| 1.0 / f64::from(j)).sum();
+                (1.0 - hot_share) / f64::from(k) / h
+            }
+        }
+    }
+
+    fn pick(&self, rng: &mut Rng) -> u32 {
+        let n = self.targets();
+        if n == 1 {
+            return 0;
+        }
+        let mut u = rng.uniform();
+        for k in 0..n {
+            u -= self.share(k);
+            if u < 0.0 {
+                return k;
+            }
+        }
+        n - 1
+    }
+}
+
+/// Which replica serves each attempt.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Routing {
+    /// Every attempt goes to the replica numbered like the request's target
+    /// (modulo the replicas): each target is its own server or service,
+    /// and a hedge is another try at the same one.
+    ToTarget,
+    /// The primary goes to a uniformly random replica, each hedge to a
+    /// uniformly random replica this request has not used yet (if any is
+    /// left), as a load balancer spreading a service's traffic would.
+    Spread,
+}
+
+/// What to run. Each user request fans out to `fanout` backend requests and
 /// completes when all have answered.
 #[derive(Clone, Copy, Debug)]
 pub struct Workload {
     /// User requests to issue in all (an upper bound if `until_ns` is set).
     pub users: u64,
-    /// Concurrent workers.
-    pub workers: usize,
+    /// How they arrive.
+    pub arrivals: Arrivals,
     /// Backend requests per user request (1: no fan-out).
     pub fanout: usize,
     /// Stop issuing user requests at this virtual time.
     pub until_ns: Option<u64>,
+    /// Which target each user request goes to.
+    pub popularity: Popularity,
+    /// Which replica serves each attempt.
+    pub routing: Routing,
+    /// Record the client's delay for target 0 every this many ns
+    /// ([`Outcome::delay_series`]).
+    pub sample_every_ns: Option<u64>,
 }
 
 impl Workload {
-    /// `users` requests from `workers` workers, no fan-out.
+    /// `users` requests from `workers` closed-loop workers, no fan-out, one
+    /// target.
     pub fn closed_loop(users: u64, workers: usize) -> Self {
         Self {
             users,
-            workers,
+            arrivals: Arrivals::ClosedLoop { workers },
             fanout: 1,
             until_ns: None,
+            popularity: Popularity::One,
+            routing: Routing::ToTarget,
+            sample_every_ns: None,
         }
+    }
+
+    /// Poisson arrivals at `per_sec` requests per second until `until_ns`,
+    /// no fan-out, one target.
+    pub fn open_loop(per_sec: f64, until_ns: u64) -> Self {
+        Self {
+            users: u64::MAX,
+            arrivals: Arrivals::Poisson { per_sec },
+            until_ns: Some(until_ns),
+            ..Self::closed_loop(u64::MAX, 0)
+        }
+    }
+
+    /// The same, issuing no user request from `until_ns` on.
+    pub fn until(mut self, until_ns: u64) -> Self {
+        self.until_ns = Some(until_ns);
+        self
+    }
+
+    /// The same, each user request fanning out to `n` backend requests.
+    pub fn fanout(mut self, n: usize) -> Self {
+        self.fanout = n;
+        self
+    }
+
+    /// The same, with these targets.
+    pub fn popularity(mut self, p: Popularity) -> Self {
+        self.popularity = p;
+        self
+    }
+
+    /// The same, with this routing.
+    pub fn routing(mut self, r: Routing) -> Self {
+        self.routing = r;
+        self
+    }
+
+    /// The same, sampling the client's delay every `every_ns`.
+    pub fn sample_every(mut self, every_ns: u64) -> Self {
+        self.sample_every_ns = Some(every_ns.max(1));
+        self
     }
 }
 
@@ -579,8 +1006,13 @@ pub struct UserRecord {
     pub start_ns: u64,
     /// Start to last answer (ns).
     pub latency_ns: u64,
-    /// Whether any of its primaries was slow (a straggler / cache miss).
+    /// Whether any of its primaries was slow (a straggler / cache miss /
+    /// caught by a pause).
     pub any_slow_primary: bool,
+    /// Its target.
+    pub target: u32,
+    /// Where its delay came from (of its first backend request).
+    pub origin: DelayOrigin,
 }
 
 /// Activity in one second of virtual time.
@@ -607,6 +1039,11 @@ pub struct Outcome {
     pub busy_ns: u128,
     /// Per-second activity.
     pub per_second: Vec<Second>,
+    /// The client's delay for target 0 at each sampling tick
+    /// ([`Workload::sample_every_ns`]): `(tick ns, delay)`.
+    pub delay_series: Vec<(u64, Option<u64>)>,
+    /// The client's delay for target 0 when the run ended.
+    pub final_delay_ns: Option<u64>,
     /// Virtual time at the end.
     pub end_ns: u64,
 }
@@ -621,6 +1058,26 @@ impl Outcome {
     pub fn throughput(&self) -> f64 {
         self.requests as f64 / (self.end_ns.max(1) as f64 / SEC as f64)
     }
+
+    /// Adds `other`'s measurements (another client's run) to these:
+    /// records and counters pooled, per-second counts summed; the delay
+    /// series and final delay stay this run's.
+    pub fn pool(&mut self, other: Outcome) {
+        self.users.extend(other.users);
+        self.requests += other.requests;
+        self.hedges += other.hedges;
+        self.busy_ns += other.busy_ns;
+        if self.per_second.len() < other.per_second.len() {
+            self.per_second
+                .resize(other.per_second.len(), Second::default());
+        }
+        for (mine, theirs) in self.per_second.iter_mut().zip(other.per_second) {
+            mine.requests += theirs.requests;
+            mine.hedges += theirs.hedges;
+            mine.delay_ns = mine.delay_ns.or(theirs.delay_ns);
+        }
+        self.end_ns = self.end_ns.max(other.end_ns);
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -628,6 +1085,7 @@ enum Kind {
     Headers(u8),
     Answer(u8),
     Timer,
+    Arrival,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -648,8 +1106,12 @@ struct Live {
 #[derive(Debug)]
 struct Sub<R> {
     req: R,
-    worker: usize,
+    user: usize,
+    /// Which backend request of its user request (fan-out index).
+    index: usize,
     attempts: [Live; 8],
+    /// Replicas its attempts went to (bit mask, replicas 0..64).
+    replicas_used: u64,
     /// Raced on headers: the winner, now awaited for its answer.
     winner: Option<u8>,
 }
@@ -665,21 +1127,43 @@ struct UserState {
     start: u64,
     remaining: usize,
     slow: bool,
+    /// The how-manieth user request (0-based): the key of its random draws.
+    number: u64,
+    target: u32,
+    origin: DelayOrigin,
 }
+
+/// Keys of the keyed random streams.
+const STREAM_ARRIVALS: u64 = 1;
+const STREAM_TARGET: u64 = 2;
+const STREAM_LATENCY: u64 = 3;
+const STREAM_REPLICA: u64 = 4;
 
 struct Engine<'a, C: Client> {
     client: &'a mut C,
     backend: &'a Backend,
     workload: Workload,
+    seed: u64,
+    /// Closed loop: every attempt's latency, in send order.
     rng: Rng,
+    /// Open loop: arrival times.
+    arrivals: Rng,
+    open_loop: bool,
     queue: BinaryHeap<Reverse<Event>>,
     seq: u64,
     slots: Vec<Slot<C::Req>>,
     free: Vec<usize>,
-    workers: Vec<UserState>,
+    /// User requests in progress: one per worker in a closed loop (worker
+    /// `w` is `users[w]`), allocated and freed in an open loop.
+    users: Vec<UserState>,
+    free_users: Vec<usize>,
     issued: u64,
+    next_sample: u64,
     out: Outcome,
 }
+
+/// The slot number of arrival events.
+const ARRIVAL: usize = usize::MAX;
 
 /// Runs `workload` against `backend` with `client`; deterministic in `seed`.
 pub fn simulate<C: Client>(
@@ -688,33 +1172,49 @@ pub fn simulate<C: Client>(
     workload: Workload,
     seed: u64,
 ) -> Outcome {
+    let open_loop = matches!(workload.arrivals, Arrivals::Poisson { .. });
     let mut engine = Engine {
         client,
         backend,
         workload,
+        seed,
         rng: Rng::new(seed),
+        arrivals: Rng::keyed(&[STREAM_ARRIVALS, seed]),
+        open_loop,
         queue: BinaryHeap::new(),
         seq: 0,
         slots: Vec::new(),
         free: Vec::new(),
-        workers: vec![UserState::default(); workload.workers],
+        users: Vec::new(),
+        free_users: Vec::new(),
         issued: 0,
+        next_sample: 0,
         out: Outcome::default(),
     };
-    for w in 0..workload.workers {
-        engine.start_user(w, 0);
+    match workload.arrivals {
+        Arrivals::ClosedLoop { workers } => {
+            engine.users = vec![UserState::default(); workers];
+            for w in 0..workers {
+                engine.start_user(Some(w), 0);
+            }
+        }
+        Arrivals::Poisson { .. } => engine.schedule_arrival(0),
     }
     while let Some(Reverse(ev)) = engine.queue.pop() {
+        engine.sample_until(ev.at);
         engine.out.end_ns = ev.at;
         engine.handle(ev);
     }
+    let end = engine.out.end_ns;
+    engine.sample_until(end);
+    engine.out.final_delay_ns = engine.client.delay_ns(0, end);
     engine.out
 }
 
 impl<C: Client> Engine<'_, C> {
     fn push(&mut self, at: u64, slot: usize, kind: Kind) {
         self.seq += 1;
-        let gen = self.slots[slot].gen;
+        let gen = self.slots.get(slot).map_or(0, |s| s.gen);
         self.queue.push(Reverse(Event {
             at,
             seq: self.seq,
@@ -732,32 +1232,94 @@ impl<C: Client> Engine<'_, C> {
         &mut self.out.per_second[i]
     }
 
-    fn start_user(&mut self, worker: usize, now: u64) {
-        if self.issued >= self.workload.users || self.workload.until_ns.is_some_and(|u| now >= u) {
+    /// Records the delay at every sampling tick up to `now` (ticks past
+    /// the last arrival are not sampled).
+    fn sample_until(&mut self, now: u64) {
+        let Some(every) = self.workload.sample_every_ns else {
             return;
-        }
-        self.issued += 1;
-        self.workers[worker] = UserState {
-            start: now,
-            remaining: self.workload.fanout,
-            slow: false,
         };
-        for _ in 0..self.workload.fanout {
-            self.start_sub(worker, now);
+        let until = self.workload.until_ns.unwrap_or(u64::MAX);
+        while self.next_sample <= now && self.next_sample < until {
+            let t = self.next_sample;
+            let delay = self.client.delay_ns(0, t);
+            self.out.delay_series.push((t, delay));
+            self.next_sample += every;
         }
     }
 
-    fn start_sub(&mut self, worker: usize, now: u64) {
-        let req = self.client.start(now);
-        let delay = self.client.delay_ns(now);
+    fn done_issuing(&self, now: u64) -> bool {
+        self.issued >= self.workload.users || self.workload.until_ns.is_some_and(|u| now >= u)
+    }
+
+    /// Schedules the next Poisson arrival after `now`.
+    fn schedule_arrival(&mut self, now: u64) {
+        let Arrivals::Poisson { per_sec } = self.workload.arrivals else {
+            return;
+        };
+        let at = now + self.arrivals.exp_ns(SEC as f64 / per_sec).max(1);
+        if !self.done_issuing(at) {
+            self.push(at, ARRIVAL, Kind::Arrival);
+        }
+    }
+
+    /// Starts a user request at `now`: for closed-loop worker `worker`, or
+    /// a new arrival.
+    fn start_user(&mut self, worker: Option<usize>, now: u64) {
+        if self.done_issuing(now) {
+            return;
+        }
+        let number = self.issued;
+        self.issued += 1;
+        let target = match self.workload.popularity {
+            Popularity::One => 0,
+            p => p.pick(&mut Rng::keyed(&[STREAM_TARGET, self.seed, number])),
+        };
+        let state = UserState {
+            start: now,
+            remaining: self.workload.fanout,
+            slow: false,
+            number,
+            target,
+            origin: DelayOrigin::NoDelay,
+        };
+        let user = match worker {
+            Some(w) => {
+                self.users[w] = state;
+                w
+            }
+            None => match self.free_users.pop() {
+                Some(u) => {
+                    self.users[u] = state;
+                    u
+                }
+                None => {
+                    self.users.push(state);
+                    self.users.len() - 1
+                }
+            },
+        };
+        for index in 0..self.workload.fanout {
+            self.start_sub(user, index, now);
+        }
+    }
+
+    fn start_sub(&mut self, user: usize, index: usize, now: u64) {
+        let target = self.users[user].target;
+        let req = self.client.start(target, now);
+        let delay = self.client.delay_ns(target, now);
+        if index == 0 {
+            self.users[user].origin = self.client.delay_origin(&req);
+        }
         self.out.requests += 1;
         let second = self.second(now);
         second.requests += 1;
         second.delay_ns = delay;
         let sub = Sub {
             req,
-            worker,
+            user,
+            index,
             attempts: [Live::default(); 8],
+            replicas_used: 0,
             winner: None,
         };
         let slot = match self.free.pop() {
@@ -773,7 +1335,8 @@ impl<C: Client> Engine<'_, C> {
                 self.slots.len() - 1
             }
         };
-        self.send(slot, 0, now);
+        let replica = self.replica_for(slot, 0);
+        self.send(slot, 0, replica, now);
         self.arm(slot, now);
     }
 
@@ -788,16 +1351,62 @@ impl<C: Client> Engine<'_, C> {
         }
     }
 
-    fn send(&mut self, slot: usize, attempt: u8, now: u64) {
-        let draw = self.backend.draw(&mut self.rng, now);
+    /// The random stream of `attempt` of the request in `slot`, for `what`.
+    fn keyed_rng(&self, slot: usize, attempt: u8, what: u64) -> Rng {
+        let sub = self.slots[slot].sub.as_ref().expect("live slot");
+        let number = self.users[sub.user].number;
+        Rng::keyed(&[
+            what,
+            self.seed,
+            number,
+            sub.index as u64,
+            u64::from(attempt),
+        ])
+    }
+
+    /// The replica `attempt` of the request in `slot` goes to.
+    fn replica_for(&self, slot: usize, attempt: u8) -> u32 {
+        let n = self.backend.replica_count();
+        match self.workload.routing {
+            Routing::ToTarget => {
+                let sub = self.slots[slot].sub.as_ref().expect("live slot");
+                self.users[sub.user].target % n
+            }
+            Routing::Spread => {
+                let used = self.slots[slot]
+                    .sub
+                    .as_ref()
+                    .expect("live slot")
+                    .replicas_used;
+                let free: Vec<u32> = (0..n.min(64)).filter(|r| used & (1 << r) == 0).collect();
+                let mut rng = self.keyed_rng(slot, attempt, STREAM_REPLICA);
+                if free.is_empty() {
+                    rng.below(n)
+                } else {
+                    free[rng.below(free.len() as u32) as usize]
+                }
+            }
+        }
+    }
+
+    fn send(&mut self, slot: usize, attempt: u8, replica: u32, now: u64) {
+        let draw = if self.open_loop {
+            let mut rng = self.keyed_rng(slot, attempt, STREAM_LATENCY);
+            self.backend.draw_on(&mut rng, now, replica)
+        } else {
+            self.backend.draw_on(&mut self.rng, now, replica)
+        };
         let sub = self.sub(slot);
         sub.attempts[usize::from(attempt)] = Live {
             sent_at: now,
             live: true,
         };
-        let worker = sub.worker;
+        if replica < 64 {
+            sub.replicas_used |= 1 << replica;
+        }
+        let user = sub.user;
         if attempt == 0 && draw.slow {
-            self.workers[worker].slow = true;
+            self.users[user].slow = true;
         }
         if let Some(h) = draw.headers_ns {
             self.push(now + h, slot, Kind::Headers(attempt));
@@ -818,18 +1427,33 @@ impl<C: Client> Engine<'_, C> {
     }
 
     fn handle(&mut self, ev: Event) {
+        let now = ev.at;
+        if ev.kind == Kind::Arrival {
+            self.start_user(None, now);
+            self.schedule_arrival(now);
+            return;
+        }
         let current = self.slots[ev.slot].gen == ev.gen && self.slots[ev.slot].sub.is_some();
         if !current {
             return; // the request finished; a stale event
         }
-        let now = ev.at;
         match ev.kind {
             Kind::Timer => {
                 let sub = self.slots[ev.slot].sub.as_mut().expect("live slot");
                 if let Some(a) = self.client.on_timer(&mut sub.req, now) {
                     self.out.hedges += 1;
                     self.second(now).hedges += 1;
-                    self.send(ev.slot, a, now);
+                    let replica = self.replica_for(ev.slot, a);
+                    let key = match self.workload.routing {
+                        Routing::Spread => replica,
+                        Routing::ToTarget => {
+                            let sub = self.slots[ev.slot].sub.as_ref().expect("live slot");
+                            self.users[sub.user].target
+                        }
+                    };
+                    let sub = self.slots[ev.slot].sub.as_mut().expect("live slot");
+                    self.client.route(&mut sub.req, a, key);
+                    self.send(ev.slot, a, replica, now);
                 }
                 self.arm(ev.slot, now);
             }
@@ -871,6 +1495,7 @@ impl<C: Client> Engine<'_, C> {
                     self.finish_sub(ev.slot, now);
                 }
             }
+            Kind::Arrival => unreachable!("handled above"),
         }
     }
 
@@ -881,16 +1506,22 @@ impl<C: Client> Engine<'_, C> {
         // Attempts still running (none with our clients) keep running until
         // the backend answers; they are not charged beyond this point.
         self.free.push(slot);
-        let worker = sub.worker;
-        let user = &mut self.workers[worker];
+        let u = sub.user;
+        let user = &mut self.users[u];
         user.remaining -= 1;
         if user.remaining == 0 {
             self.out.users.push(UserRecord {
                 start_ns: user.start,
                 latency_ns: now - user.start,
                 any_slow_primary: user.slow,
+                target: user.target,
+                origin: user.origin,
             });
-            self.start_user(worker, now);
+            if self.open_loop {
+                self.free_users.push(u);
+            } else {
+                self.start_user(Some(u), now);
+            }
         }
     }
 }
@@ -945,4 +1576,14 @@ pub fn quantiles_between(records: &[UserRecord], from_ns: u64, until_ns: u64) ->
 /// The quantiles of every record.
 pub fn quantiles(records: &[UserRecord]) -> Quantiles {
     quantiles_between(records, 0, u64::MAX)
+}
+
+/// The share of `records` starting at or after `from_ns` whose delay came
+/// from measured latency.
+pub fn data_driven_share(records: &[UserRecord], from_ns: u64) -> f64 {
+    let after = records.iter().filter(|r| r.start_ns >= from_ns);
+    let (n, data) = after.fold((0u64, 0u64), |(n, d), r| {
+        (n + 1, d + u64::from(r.origin == DelayOrigin::Data))
+    });
+    data as f64 / n.max(1) as f64
 }

@@ -5,11 +5,12 @@
 #![allow(dead_code)]
 
 use crate::engine::{
-    quantiles, quantiles_between, simulate, Backend, Client, GoReference, HeaderCalibrated, Ours,
-    Outcome, Quantiles, Signal, Workload, MS, SEC,
+    data_driven_share, poisson_pauses, quantiles, quantiles_between, simulate, Backend, Client,
+    GoReference, HeaderCalibrated, Latency, LogNormal, Ours, Outcome, Popularity, Quantiles,
+    Replica, Rng, Routing, Signal, UserRecord, Workload, MS, SEC,
 };
 use tailguard::budget::{Budget, RatioBudget};
-use tailguard::hedge::{HedgeConfig, HedgeStats, Hedger};
+use tailguard::hedge::{HedgeConfig, HedgeStats};
 
 /// Concurrent workers in every scenario.
 pub const WORKERS: usize = 20;
@@ -31,6 +32,20 @@ pub struct Row {
     pub outcome: Outcome,
 }
 
+impl Row {
+    /// A row of `outcome`, with `stats` from the client.
+    pub fn new(name: &str, outcome: Outcome, stats: Option<HedgeStats>) -> Self {
+        Self {
+            name: name.to_owned(),
+            q: quantiles(&outcome.users),
+            extra_load: outcome.extra_load(),
+            work_ms: outcome.busy_ns as f64 / MS as f64 / outcome.requests.max(1) as f64,
+            stats,
+            outcome,
+        }
+    }
+}
+
 fn row<C: Client>(
     name: &str,
     client: &mut C,
@@ -39,20 +54,11 @@ fn row<C: Client>(
     seed: u64,
 ) -> Row {
     let outcome = simulate(client, backend, workload, seed);
-    Row {
-        name: name.to_owned(),
-        q: quantiles(&outcome.users),
-        extra_load: outcome.extra_load(),
-        work_ms: outcome.busy_ns as f64 / MS as f64 / outcome.requests.max(1) as f64,
-        stats: None,
-        outcome,
-    }
+    Row::new(name, outcome, client.stats())
 }
 
 fn ours_row(name: &str, mut client: Ours, backend: &Backend, w: Workload, seed: u64) -> Row {
-    let mut r = row(name, &mut client, backend, w, seed);
-    r.stats = Some(client.hedger.stats());
-    r
+    row(name, &mut client, backend, w, seed)
 }
 
 /// A client of ours with `config` and the default 10 % ratio budget.
@@ -63,10 +69,7 @@ pub fn ours(config: HedgeConfig) -> Ours {
 /// A client of ours with `config` and `budget`, racing and recording on
 /// `signal`.
 pub fn ours_with(config: HedgeConfig, budget: Budget, signal: Signal) -> Ours {
-    Ours::new(
-        Hedger::with_budget(config, budget).expect("valid config"),
-        signal,
-    )
+    Ours::with_budget(config, budget, signal)
 }
 
 /// No hedging: our hedger with `max_hedges(0)` (it still measures).
@@ -162,6 +165,10 @@ pub struct Phased {
     pub rows: Vec<Row>,
     /// The Go reference's RPS guess (the first phase's throughput).
     pub go_rps: u32,
+    /// The true attempt-latency p90 of each phase (ms, Monte Carlo).
+    pub true_p90_ms: Vec<f64>,
+    /// The oracle's sweep, where the scenario has an oracle row.
+    pub sweep: Vec<SweepPoint>,
 }
 
 impl Phased {
@@ -199,12 +206,7 @@ fn three_phases(phase_ns: u64, middle: &str) -> Vec<(String, u64, u64)> {
 /// `phase_ns` each.
 pub fn drift(phase_ns: u64, seed: u64) -> Phased {
     let backend = Backend::article(0.05).with_slowdown(phase_ns, 2 * phase_ns, 3.0);
-    let w = Workload {
-        users: u64::MAX,
-        workers: WORKERS,
-        fanout: 1,
-        until_ns: Some(3 * phase_ns),
-    };
+    let w = Workload::closed_loop(u64::MAX, WORKERS).until(3 * phase_ns);
     let adaptive = HedgeConfig::DEFAULT.rotation_period_ns(FAST_ROTATION_NS);
     let rows = vec![
         ours_row("no hedging", ours(no_hedging()), &backend, w, seed),
@@ -227,21 +229,33 @@ pub fn drift(phase_ns: u64, seed: u64) -> Phased {
     with_go_reference(rows, &backend, w, seed, phase_ns, "3× slower")
 }
 
-/// Every attempt is 10× slower during the middle of three phases.
-pub fn outage(phase_ns: u64, seed: u64) -> Phased {
+/// Every attempt is 10× slower during the middle of three phases. The
+/// delay is sampled every 0.5 s; the last row is the oracle: the static
+/// delay of `sweep` (none if empty) with the best whole-run p99.9, same
+/// budget.
+pub fn outage(phase_ns: u64, sweep: &[u64], seed: u64) -> Phased {
     let backend = Backend::article(0.05).with_slowdown(phase_ns, 2 * phase_ns, 10.0);
-    let w = Workload {
-        users: u64::MAX,
-        workers: WORKERS,
-        fanout: 1,
-        until_ns: Some(3 * phase_ns),
-    };
+    let w = Workload::closed_loop(u64::MAX, WORKERS)
+        .until(3 * phase_ns)
+        .sample_every(SEC / 2);
     let adaptive = HedgeConfig::DEFAULT.rotation_period_ns(FAST_ROTATION_NS);
     let rows = vec![
         ours_row("no hedging", ours(no_hedging()), &backend, w, seed),
         ours_row("adaptive p90 (ours)", ours(adaptive), &backend, w, seed),
     ];
-    with_go_reference(rows, &backend, w, seed, phase_ns, "outage 10×")
+    let mut p = with_go_reference(rows, &backend, w, seed, phase_ns, "outage 10×");
+    if !sweep.is_empty() {
+        let setup = Setup::new(&backend, w, vec![seed]);
+        let (best, sweep) = setup.oracle(|d| ours(static_delay(d)), sweep);
+        p.rows.push(best);
+        p.sweep = sweep;
+    }
+    p.true_p90_ms = p
+        .phases
+        .iter()
+        .map(|&(_, from, _)| backend.true_quantiles_ms(from, &[0.9], PLOT_TRUTH_DRAWS, seed)[0])
+        .collect();
+    p
 }
 
 /// Adds the Go reference's row, its RPS guessed right for the first phase
@@ -268,6 +282,8 @@ fn with_go_reference(
         phases: three_phases(phase_ns, middle),
         rows,
         go_rps: rps as u32,
+        true_p90_ms: Vec::new(),
+        sweep: Vec::new(),
     }
 }
 
@@ -361,12 +377,8 @@ pub fn fan_out(widths: &[usize], backend_requests: u64, seed: u64) -> Vec<FanOut
     widths
         .iter()
         .map(|&n| {
-            let w = Workload {
-                users: (backend_requests / n as u64).max(100),
-                workers: WORKERS,
-                fanout: n,
-                until_ns: None,
-            };
+            let w =
+                Workload::closed_loop((backend_requests / n as u64).max(100), WORKERS).fanout(n);
             let mut rows = vec![
                 ours_row("no hedging", ours(no_hedging()), &backend, w, seed),
                 ours_row(
@@ -400,4 +412,600 @@ pub fn fan_out(widths: &[usize], backend_requests: u64, seed: u64) -> Vec<FanOut
             }
         })
         .collect()
+}
+
+// ---------------------------------------------------------------------------
+// Oracles: the best static delay of a sweep
+// ---------------------------------------------------------------------------
+
+/// Draws for the Monte Carlo "true" attempt-latency quantiles.
+pub const TRUTH_DRAWS: usize = 1_000_000;
+
+/// Draws for a true p90 that is only plotted (the outage's): its standard
+/// error is already below 0.5 %.
+pub const PLOT_TRUTH_DRAWS: usize = 100_000;
+
+/// The static delays an oracle tries: 16 values log-spaced from 1 ms to
+/// 200 ms, rounded to two significant digits (1.0, 1.4, 2.0, 2.9 … 140,
+/// 200 ms).
+pub fn sweep_delays() -> Vec<u64> {
+    let (lo, hi, n) = (1.0_f64, 200.0_f64, 16);
+    (0..n)
+        .map(|i| {
+            let ms = lo * (hi / lo).powf(f64::from(i) / f64::from(n - 1));
+            let digits = 10f64.powf(ms.log10().floor() - 1.0);
+            ((ms / digits).round() * digits * MS as f64).round() as u64
+        })
+        .collect()
+}
+
+/// A delay in ms as the tables print it: `1.4`, `12`, `140`.
+pub fn ms_label(ns: u64) -> String {
+    let ms = ns as f64 / MS as f64;
+    if ms < 10.0 {
+        format!("{ms:.1}")
+    } else {
+        format!("{ms:.0}")
+    }
+}
+
+/// One static delay of an oracle's sweep.
+#[derive(Clone, Copy, Debug)]
+pub struct SweepPoint {
+    /// The delay.
+    pub delay_ns: u64,
+    /// Its latency quantiles.
+    pub q: Quantiles,
+    /// Its hedges per request.
+    pub extra_load: f64,
+}
+
+/// The index of the sweep's best point: lowest p99.9, ties by p99.
+pub fn best_of(sweep: &[SweepPoint]) -> usize {
+    let mut best = 0;
+    for (i, p) in sweep.iter().enumerate() {
+        let b = &sweep[best].q;
+        if (p.q.p999, p.q.p99) < (b.p999, b.p99) {
+            best = i;
+        }
+    }
+    best
+}
+
+/// A backend, a workload and the seeds of the clients to pool (one seed:
+/// one client).
+pub struct Setup<'a> {
+    /// The backend.
+    pub backend: &'a Backend,
+    /// The workload of each client.
+    pub workload: Workload,
+    /// One independent client (own hedger, own arrivals) per seed.
+    pub seeds: Vec<u64>,
+}
+
+impl<'a> Setup<'a> {
+    /// Clients with these seeds, each running `workload` on `backend`.
+    pub fn new(backend: &'a Backend, workload: Workload, seeds: Vec<u64>) -> Self {
+        Self {
+            backend,
+            workload,
+            seeds,
+        }
+    }
+
+    /// Runs a fresh client from `make` per seed; pools their outcomes and
+    /// sums their counters.
+    pub fn run<C: Client>(&self, name: &str, mut make: impl FnMut() -> C) -> Row {
+        let mut pooled: Option<(Outcome, Option<HedgeStats>)> = None;
+        for &seed in &self.seeds {
+            let mut client = make();
+            let outcome = simulate(&mut client, self.backend, self.workload, seed);
+            let stats = client.stats();
+            pooled = Some(match pooled {
+                None => (outcome, stats),
+                Some((mut o, s)) => {
+                    o.pool(outcome);
+                    (o, add_stats(s, stats))
+                }
+            });
+        }
+        let (outcome, stats) = pooled.unwrap_or_default();
+        Row::new(name, outcome, stats)
+    }
+
+    /// Runs `make(delay)` for every delay of `delays`; returns the best
+    /// one's row (lowest p99.9, ties by p99), named `oracle static X ms
+    /// (best of sweep)`, and the whole sweep. The delay is chosen and
+    /// scored on the same runs: an optimistic bound for any static delay.
+    pub fn oracle<C: Client>(
+        &self,
+        make: impl Fn(u64) -> C,
+        delays: &[u64],
+    ) -> (Row, Vec<SweepPoint>) {
+        let mut best: Option<Row> = None;
+        let mut sweep = Vec::with_capacity(delays.len());
+        for &d in delays {
+            let name = format!("oracle static {} ms (best of sweep)", ms_label(d));
+            let row = self.run(&name, || make(d));
+            sweep.push(SweepPoint {
+                delay_ns: d,
+                q: row.q,
+                extra_load: row.extra_load,
+            });
+            if best_of(&sweep) == sweep.len() - 1 {
+                best = Some(row);
+            }
+        }
+        (best.expect("a non-empty sweep"), sweep)
+    }
+}
+
+/// Counter sums of two clients (the first's current delay).
+fn add_stats(a: Option<HedgeStats>, b: Option<HedgeStats>) -> Option<HedgeStats> {
+    let (mut a, b) = match (a, b) {
+        (Some(a), Some(b)) => (a, b),
+        (a, b) => return a.or(b),
+    };
+    a.requests += b.requests;
+    a.hedges_sent += b.hedges_sent;
+    a.hedge_wins += b.hedge_wins;
+    a.primary_wins += b.primary_wins;
+    a.budget_denials += b.budget_denials;
+    a.cold_starts += b.cold_starts;
+    a.not_idempotent += b.not_idempotent;
+    a.in_flight_limited += b.in_flight_limited;
+    a.gave_up += b.gave_up;
+    a.samples += b.samples;
+    a.evictions += b.evictions;
+    a.clock_anomalies += b.clock_anomalies;
+    Some(a)
+}
+
+/// Seeds of `n` independent clients derived from `seed`.
+pub fn client_seeds(seed: u64, n: usize) -> Vec<u64> {
+    (0..n as u64)
+        .map(|i| Rng::keyed(&[0x636c_6965_6e74, seed, i]).next_u64())
+        .collect()
+}
+
+// ---------------------------------------------------------------------------
+// low-rate: a client too quiet to fill its window
+// ---------------------------------------------------------------------------
+
+/// Requests per second of the low-rate client.
+pub const LOW_RATE_PER_SEC: f64 = 0.5;
+/// Virtual run time of each low-rate client.
+pub const LOW_RATE_RUN_NS: u64 = 20 * 60 * SEC;
+/// Requests before this time are the warm-up, left out of the data-driven
+/// share.
+pub const LOW_RATE_WARMUP_NS: u64 = 60 * SEC;
+/// The prior of the "with a prior" row.
+pub const LOW_RATE_PRIOR_NS: u64 = 10 * MS;
+
+/// The low-rate scenario's results.
+#[derive(Clone, Debug)]
+pub struct LowRate {
+    /// No hedging, adaptive (default), adaptive with a prior, oracle.
+    pub rows: Vec<Row>,
+    /// The oracle's sweep.
+    pub sweep: Vec<SweepPoint>,
+    /// Independent clients pooled.
+    pub clients: usize,
+}
+
+impl LowRate {
+    /// `row`'s share of requests after the first minute that got a delay
+    /// from measured latency.
+    pub fn data_driven(&self, row: &Row) -> f64 {
+        data_driven_share(&row.outcome.users, LOW_RATE_WARMUP_NS)
+    }
+}
+
+/// `clients` independent clients, each with its own hedger, sending Poisson
+/// arrivals at 0.5 requests/s for 20 virtual minutes to the article backend
+/// (lognormal 5/2 ms, 5 % of attempts ×10); their requests pooled.
+pub fn low_rate(clients: usize, sweep: &[u64], seed: u64) -> LowRate {
+    let backend = Backend::article(0.05);
+    let w = Workload::open_loop(LOW_RATE_PER_SEC, LOW_RATE_RUN_NS);
+    let setup = Setup::new(&backend, w, client_seeds(seed, clients.max(1)));
+    let mut rows = vec![
+        setup.run("no hedging", || ours(no_hedging())),
+        setup.run("adaptive p90 (ours, default)", || {
+            ours(HedgeConfig::DEFAULT)
+        }),
+        setup.run(
+            &format!(
+                "adaptive p90 (ours, prior {} ms)",
+                ms_label(LOW_RATE_PRIOR_NS)
+            ),
+            || ours(HedgeConfig::DEFAULT.prior_delay_ns(LOW_RATE_PRIOR_NS)),
+        ),
+    ];
+    let (best, sweep) = setup.oracle(|d| ours(static_delay(d)), sweep);
+    rows.push(best);
+    LowRate {
+        rows,
+        sweep,
+        clients: clients.max(1),
+    }
+}
+
+// ---------------------------------------------------------------------------
+// correlated: replicas with stop-the-world pauses
+// ---------------------------------------------------------------------------
+
+/// The correlated scenario's parameters.
+#[derive(Clone, Copy, Debug)]
+pub struct CorrelatedParams {
+    /// Replicas behind the service.
+    pub replicas: u32,
+    /// Open-loop arrival rate.
+    pub per_sec: f64,
+    /// Length of each pause.
+    pub pause_ns: u64,
+    /// Mean gap between pauses on one replica.
+    pub mean_gap_ns: u64,
+    /// Run time.
+    pub run_ns: u64,
+}
+
+impl CorrelatedParams {
+    /// 4 replicas, 1000 requests/s, 50 ms pauses about every 2 s.
+    pub fn new(run_ns: u64) -> Self {
+        Self {
+            replicas: 4,
+            per_sec: 1_000.0,
+            pause_ns: 50 * MS,
+            mean_gap_ns: 2 * SEC,
+            run_ns,
+        }
+    }
+}
+
+/// The correlated scenario's results.
+#[derive(Clone, Debug)]
+pub struct Correlated {
+    /// Its parameters.
+    pub params: CorrelatedParams,
+    /// No hedging, adaptive (default), oracle.
+    pub rows: Vec<Row>,
+    /// The oracle's sweep.
+    pub sweep: Vec<SweepPoint>,
+    /// The share of replica-time spent paused, over the run.
+    pub paused_share: f64,
+}
+
+/// The backend of the correlated scenario: lognormal 5/2 ms with no
+/// independent stragglers; each replica pauses on its own Poisson schedule.
+pub fn correlated_backend(p: &CorrelatedParams, seed: u64) -> Backend {
+    let horizon = p.run_ns + 60 * SEC;
+    let replicas = (0..p.replicas)
+        .map(|r| {
+            let mut rng = Rng::keyed(&[0x6763, seed, u64::from(r)]);
+            Replica {
+                scale: 1.0,
+                pauses: poisson_pauses(&mut rng, p.pause_ns, p.mean_gap_ns, horizon),
+            }
+        })
+        .collect();
+    Backend::article(0.0).with_replicas(replicas)
+}
+
+/// Open-loop arrivals spread over replicas that each pause now and then; a
+/// hedge goes to another replica than its primary.
+pub fn correlated(params: CorrelatedParams, sweep: &[u64], seed: u64) -> Correlated {
+    let backend = correlated_backend(&params, seed);
+    let w = Workload::open_loop(params.per_sec, params.run_ns).routing(Routing::Spread);
+    let setup = Setup::new(&backend, w, vec![seed]);
+    let mut rows = vec![
+        setup.run("no hedging", || ours(no_hedging())),
+        setup.run("adaptive p90 (ours, default)", || {
+            ours(HedgeConfig::DEFAULT)
+        }),
+    ];
+    let (best, sweep) = setup.oracle(|d| ours(static_delay(d)), sweep);
+    rows.push(best);
+    let paused: u64 = backend
+        .replicas
+        .iter()
+        .flat_map(|r| &r.pauses)
+        .map(|&(a, b)| b.min(params.run_ns).saturating_sub(a))
+        .sum();
+    Correlated {
+        params,
+        rows,
+        sweep,
+        paused_share: paused as f64 / (params.run_ns as f64 * f64::from(params.replicas)),
+    }
+}
+
+// ---------------------------------------------------------------------------
+// heavy-tail: Pareto and bimodal backends
+// ---------------------------------------------------------------------------
+
+/// Open-loop rate of the heavy-tail runs.
+pub const HEAVY_PER_SEC: f64 = 1_000.0;
+
+/// A hedger's final delay against the true attempt-latency quantile.
+#[derive(Clone, Debug)]
+pub struct DelayVsTruth {
+    /// The row.
+    pub row: String,
+    /// The quantile the hedger tracks.
+    pub q: f64,
+    /// Its delay when the run ended.
+    pub delay_ns: Option<u64>,
+    /// The true quantile of one attempt's latency (ms, Monte Carlo).
+    pub true_ms: f64,
+}
+
+impl DelayVsTruth {
+    /// delay ÷ truth.
+    pub fn ratio(&self) -> Option<f64> {
+        self.delay_ns.map(|d| d as f64 / MS as f64 / self.true_ms)
+    }
+}
+
+/// One heavy-tailed backend's results.
+#[derive(Clone, Debug)]
+pub struct HeavyTail {
+    /// Short name.
+    pub name: &'static str,
+    /// The model, in words.
+    pub model: &'static str,
+    /// No hedging, adaptive p90, adaptive p99, oracle.
+    pub rows: Vec<Row>,
+    /// The oracle's sweep.
+    pub sweep: Vec<SweepPoint>,
+    /// The adaptive rows' final delays against the truth.
+    pub truth: Vec<DelayVsTruth>,
+}
+
+/// The heavy-tail backends: Pareto (α = 1.5, 2 ms minimum, capped at 10 s)
+/// and bimodal (90 % lognormal(3, 1) ms, 10 % lognormal(40, 10) ms).
+pub fn heavy_tail_backends() -> [(&'static str, &'static str, Backend); 2] {
+    [
+        (
+            "pareto",
+            "Pareto α = 1.5, minimum 2 ms, capped at 10 s",
+            Backend::new(Latency::Pareto {
+                shape: 1.5,
+                scale_ms: 2.0,
+                cap_ms: 10_000.0,
+            }),
+        ),
+        (
+            "bimodal",
+            "90 % lognormal(3, 1) ms, 10 % lognormal(40, 10) ms",
+            Backend::new(Latency::Bimodal {
+                fast: LogNormal::from_mean_sd(3.0, 1.0),
+                slow: LogNormal::from_mean_sd(40.0, 10.0),
+                slow_prob: 0.10,
+            }),
+        ),
+    ]
+}
+
+/// Each heavy-tailed backend under open-loop load for `run_ns`: no hedging,
+/// adaptive at q = 0.9 and q = 0.99 (default budget), the oracle.
+pub fn heavy_tail(run_ns: u64, sweep: &[u64], truth_draws: usize, seed: u64) -> Vec<HeavyTail> {
+    heavy_tail_backends()
+        .into_iter()
+        .map(|(name, model, backend)| {
+            let w = Workload::open_loop(HEAVY_PER_SEC, run_ns);
+            let setup = Setup::new(&backend, w, vec![seed]);
+            let qs = [0.9, 0.99];
+            let truths = backend.true_quantiles_ms(0, &qs, truth_draws, seed);
+            let mut rows = vec![setup.run("no hedging", || ours(no_hedging()))];
+            let mut truth = Vec::new();
+            for (&q, &true_ms) in qs.iter().zip(&truths) {
+                let label = format!("adaptive p{:.0} (ours)", q * 100.0);
+                let r = setup.run(&label, || ours(HedgeConfig::DEFAULT.quantile(q)));
+                truth.push(DelayVsTruth {
+                    row: label,
+                    q,
+                    delay_ns: r.outcome.final_delay_ns,
+                    true_ms,
+                });
+                rows.push(r);
+            }
+            let (best, sweep) = setup.oracle(|d| ours(static_delay(d)), sweep);
+            rows.push(best);
+            HeavyTail {
+                name,
+                model,
+                rows,
+                sweep,
+                truth,
+            }
+        })
+        .collect()
+}
+
+// ---------------------------------------------------------------------------
+// step: the backend doubles its latency for good
+// ---------------------------------------------------------------------------
+
+/// When the step happens.
+pub const STEP_AT_NS: u64 = 30 * SEC;
+/// How much slower the backend is after it.
+pub const STEP_FACTOR: f64 = 2.0;
+/// How often the delay is sampled.
+pub const STEP_SAMPLE_NS: u64 = SEC / 2;
+/// The open-loop rate.
+pub const STEP_PER_SEC: f64 = 1_000.0;
+
+/// One adaptive row's delay against the truth, over time.
+#[derive(Clone, Debug)]
+pub struct Tracking {
+    /// The row.
+    pub row: String,
+    /// `(t, delay, true p90)` every [`STEP_SAMPLE_NS`] (ns).
+    pub series: Vec<(u64, Option<u64>, u64)>,
+    /// After the step, when the delay first came within 10 % of the new
+    /// true p90 (ns after the step).
+    pub first_within_ns: Option<u64>,
+    /// After the step, from when on it stayed within 10 % to the end.
+    pub settled_ns: Option<u64>,
+}
+
+/// The step scenario's results.
+#[derive(Clone, Debug)]
+pub struct Step {
+    /// When the step happened.
+    pub at_ns: u64,
+    /// Before and after the step; no hedging, then the adaptive rows.
+    pub phased: Phased,
+    /// The adaptive rows' tracking.
+    pub tracking: Vec<Tracking>,
+}
+
+/// Open-loop load on the article backend; at `at_ns` ([`STEP_AT_NS`] in
+/// the example) every attempt
+/// becomes [`STEP_FACTOR`] times slower for the remaining `after_ns`.
+/// Adaptive rows: the default config (30 s rotation), and a 2 s rotation.
+pub fn step(at_ns: u64, after_ns: u64, truth_draws: usize, seed: u64) -> Step {
+    let end = at_ns + after_ns;
+    let backend = Backend::article(0.05).with_slowdown(at_ns, u64::MAX, STEP_FACTOR);
+    let w = Workload::open_loop(STEP_PER_SEC, end).sample_every(STEP_SAMPLE_NS);
+    let setup = Setup::new(&backend, w, vec![seed]);
+    let truth = [0, at_ns].map(|at| {
+        let ms = backend.true_quantiles_ms(at, &[0.9], truth_draws, seed)[0];
+        (ms * MS as f64) as u64
+    });
+    let rows = vec![
+        setup.run("no hedging", || ours(no_hedging())),
+        setup.run("adaptive p90 (ours, default: 30 s rotation)", || {
+            ours(HedgeConfig::DEFAULT)
+        }),
+        setup.run("adaptive p90 (ours, 2 s rotation)", || {
+            ours(HedgeConfig::DEFAULT.rotation_period_ns(FAST_ROTATION_NS))
+        }),
+    ];
+    let tracking = rows[1..]
+        .iter()
+        .map(|r| tracking(r, at_ns, truth))
+        .collect();
+    Step {
+        at_ns,
+        phased: Phased {
+            phases: vec![
+                ("before".to_owned(), 0, at_ns),
+                (format!("after (×{STEP_FACTOR})"), at_ns, end),
+            ],
+            rows,
+            go_rps: 0,
+            true_p90_ms: truth.iter().map(|&t| t as f64 / MS as f64).collect(),
+            sweep: Vec::new(),
+        },
+        tracking,
+    }
+}
+
+fn tracking(row: &Row, at_ns: u64, truth: [u64; 2]) -> Tracking {
+    let series: Vec<(u64, Option<u64>, u64)> = row
+        .outcome
+        .delay_series
+        .iter()
+        .map(|&(t, d)| (t, d, truth[usize::from(t >= at_ns)]))
+        .collect();
+    let within = |&(_, d, truth): &(u64, Option<u64>, u64)| {
+        d.is_some_and(|d| (d as f64 / truth as f64 - 1.0).abs() <= 0.10)
+    };
+    let after: Vec<_> = series.iter().filter(|s| s.0 >= at_ns).collect();
+    let first_within_ns = after.iter().find(|s| within(s)).map(|s| s.0 - at_ns);
+    let settled_ns = match after.iter().rposition(|s| !within(s)) {
+        None => after.first().map(|s| s.0 - at_ns),
+        Some(i) => after.get(i + 1).map(|s| s.0 - at_ns),
+    };
+    Tracking {
+        row: row.name.clone(),
+        series,
+        first_within_ns,
+        settled_ns,
+    }
+}
+
+// ---------------------------------------------------------------------------
+// many-targets: more targets than table slots
+// ---------------------------------------------------------------------------
+
+/// Targets of the many-targets scenario.
+pub const MANY_TARGETS: u32 = 16;
+/// The hot key's share.
+pub const HOT_SHARE: f64 = 0.5;
+/// Table slots of the constrained hedger.
+pub const SLOTS: usize = 4;
+/// The open-loop rate.
+pub const MANY_PER_SEC: f64 = 1_000.0;
+
+/// Target `k`'s latency multiplier: 1, 1.5, 2, 2.5, 1, 1.5 … (the hot key
+/// is the fastest).
+pub fn target_scale(k: u32) -> f64 {
+    1.0 + 0.5 * f64::from(k % 4)
+}
+
+/// The many-targets scenario's results.
+#[derive(Clone, Debug)]
+pub struct ManyTargets {
+    /// Who goes where.
+    pub popularity: Popularity,
+    /// No hedging, adaptive with 4 slots, adaptive with 16, oracle.
+    pub rows: Vec<Row>,
+    /// The oracle's sweep.
+    pub sweep: Vec<SweepPoint>,
+}
+
+impl ManyTargets {
+    /// `row`'s share of requests (to the hot key if `hot`, to the others
+    /// otherwise) that got a delay from measured latency.
+    pub fn data_driven(&self, row: &Row, hot: bool) -> f64 {
+        let users: Vec<UserRecord> = row
+            .outcome
+            .users
+            .iter()
+            .filter(|u| (u.target == 0) == hot)
+            .copied()
+            .collect();
+        data_driven_share(&users, 0)
+    }
+}
+
+/// A keyed client of ours with `T` table slots and the default budget.
+pub fn ours_keyed<const T: usize>(config: HedgeConfig) -> Ours<u32, Budget, T> {
+    Ours::with_budget(config, Budget::default(), Signal::Answer)
+}
+
+/// 16 targets (one hot key with half the requests, the rest Zipf), each its
+/// own backend with the article's latency times [`target_scale`]; a hedger
+/// keyed by target with 4 table slots, one with 16 (every target fits),
+/// all sharing the default budget.
+pub fn many_targets(run_ns: u64, sweep: &[u64], seed: u64) -> ManyTargets {
+    let popularity = Popularity::HotZipf {
+        n: MANY_TARGETS,
+        hot_share: HOT_SHARE,
+    };
+    let backend = Backend::article(0.05).with_replicas(
+        (0..MANY_TARGETS)
+            .map(|k| Replica::scaled(target_scale(k)))
+            .collect(),
+    );
+    let w = Workload::open_loop(MANY_PER_SEC, run_ns).popularity(popularity);
+    let setup = Setup::new(&backend, w, vec![seed]);
+    let mut rows = vec![
+        setup.run("no hedging", || ours_keyed::<SLOTS>(no_hedging())),
+        setup.run(&format!("adaptive p90 (ours, T = {SLOTS} slots)"), || {
+            ours_keyed::<SLOTS>(HedgeConfig::DEFAULT)
+        }),
+        setup.run("adaptive p90 (ours, T = 16 slots)", || {
+            ours_keyed::<16>(HedgeConfig::DEFAULT)
+        }),
+    ];
+    let (best, sweep) = setup.oracle(|d| ours_keyed::<SLOTS>(static_delay(d)), sweep);
+    rows.push(best);
+    ManyTargets {
+        popularity,
+        rows,
+        sweep,
+    }
 }
