@@ -2,8 +2,8 @@
 
 use tailguard::budget::{Budget, RatioBudget};
 use tailguard::hedge::{
-    Attempt, AttemptSet, CommitOutcome, ConfigError, FailureOutcome, FailurePolicy, HedgeConfig,
-    Hedger, Idempotency, NoHedge, Plan, TimerAction,
+    Attempt, AttemptSet, CommitOutcome, ConfigError, DelaySource, Failure, FailureOutcome,
+    HedgeConfig, Hedger, Idempotency, NoHedge, Plan, Request, TimerAction,
 };
 
 const MS: u64 = 1_000_000;
@@ -14,11 +14,11 @@ fn hedger(config: HedgeConfig) -> Hedger<(), Budget> {
     Hedger::with_budget(config, Budget::Unlimited).unwrap()
 }
 
-/// A hedger whose window holds `n` samples of `latency` (warm).
+/// A hedger whose window holds `n` exact samples of `latency` (warm).
 fn warm(config: HedgeConfig, n: u64, latency: u64) -> Hedger<(), Budget> {
     let mut h = hedger(config);
     for i in 0..n {
-        let (mut r, _) = h.start((), i, IDEMPOTENT);
+        let mut r = h.start((), i, IDEMPOTENT);
         assert!(matches!(
             h.on_commit(&mut r, Attempt::PRIMARY, i + latency),
             CommitOutcome::Won { .. }
@@ -27,9 +27,13 @@ fn warm(config: HedgeConfig, n: u64, latency: u64) -> Hedger<(), Budget> {
     h
 }
 
-fn hedge_at(plan: Plan) -> (u64, u64) {
-    match plan {
-        Plan::HedgeAt { at, delay_ns, .. } => (at, delay_ns),
+/// When the hedge of a request planned to hedge is due, and its delay.
+fn hedge_at<K: Copy>(request: &Request<K>) -> (u64, u64) {
+    match request.plan() {
+        Plan::Hedge { delay_ns, .. } => {
+            let at = request.next_timer().expect("a hedge plan arms a timer");
+            (at, delay_ns)
+        }
         other => panic!("expected a hedge plan, got {other:?}"),
     }
 }
@@ -37,24 +41,41 @@ fn hedge_at(plan: Plan) -> (u64, u64) {
 #[test]
 fn cold_start_does_not_hedge_and_counts_samples_not_requests() {
     let mut h = hedger(HedgeConfig::DEFAULT);
-    // Requests that never answer add no samples: still cold after 100 of them.
+    // Requests that never answer (dropped without an event) add no
+    // samples: still cold after 100 of them.
     for i in 0..100 {
-        let (mut r, plan) = h.start((), i, IDEMPOTENT);
-        assert_eq!(plan, Plan::NoHedge(NoHedge::ColdStart));
-        h.abandon(&mut r);
+        let r = h.start((), i, IDEMPOTENT);
+        assert_eq!(r.plan(), Plan::NoHedge(NoHedge::ColdStart));
+        assert_eq!(r.next_timer(), None);
+        drop(r);
     }
-    assert_eq!(h.stats().cold_starts, 100);
-    assert_eq!(h.delay_ns(&()), None);
+    let s = h.stats();
+    assert_eq!((s.cold_starts, s.samples, s.censored_samples), (100, 0, 0));
+    assert_eq!(h.delay_ns(&(), 100), None);
+    assert_eq!(h.plan(&(), 100), Plan::NoHedge(NoHedge::ColdStart));
     // 19 samples: still cold; the 20th warms it.
     let mut h = warm(HedgeConfig::DEFAULT, 19, 5 * MS);
     assert_eq!(
-        h.start((), 100, IDEMPOTENT).1,
+        h.start((), 100, IDEMPOTENT).plan(),
         Plan::NoHedge(NoHedge::ColdStart)
     );
     let mut h2 = warm(HedgeConfig::DEFAULT, 20, 5 * MS);
-    let (_, delay) = hedge_at(h2.start((), 100, IDEMPOTENT).1);
+    assert_eq!(h2.stats().cold_starts, 20);
+    let r = h2.start((), 100, IDEMPOTENT);
+    let (at, delay) = hedge_at(&r);
+    assert_eq!(at, 100 + delay);
     assert!(delay.abs_diff(5 * MS) <= 5 * MS / 50, "{delay}");
-    let _ = &mut h;
+    assert!(matches!(
+        r.plan(),
+        Plan::Hedge {
+            source: DelaySource::Target,
+            ..
+        }
+    ));
+    // `plan` and `delay_ns` read what `start` decides, changing nothing.
+    assert_eq!(h2.plan(&(), 100), r.plan());
+    assert_eq!(h2.delay_ns(&(), 100), Some(delay));
+    assert_eq!(h2.stats().cold_starts, 20);
 }
 
 #[test]
@@ -63,15 +84,18 @@ fn prior_delay_serves_cold_start_and_is_clamped() {
         .prior_delay_ns(20 * MS)
         .max_delay_ns(15 * MS);
     let mut h = hedger(config);
-    let (_, plan) = h.start((), 0, IDEMPOTENT);
+    let r = h.start((), 0, IDEMPOTENT);
     assert_eq!(
-        plan,
-        Plan::HedgeAt {
-            at: 15 * MS,
+        r.plan(),
+        Plan::Hedge {
             delay_ns: 15 * MS,
-            from_prior: true
+            source: DelaySource::Prior
         }
     );
+    assert_eq!(r.next_timer(), Some(15 * MS));
+    assert_eq!(r.delay_ns(), Some(15 * MS));
+    // The prior is not data: the request counts as a cold start.
+    assert_eq!(h.stats().cold_starts, 1);
 }
 
 #[test]
@@ -81,42 +105,51 @@ fn delay_is_the_quantile_times_the_multiplier_clamped() {
         .quantile(0.95)
         .delay_multiplier_permille(1_500);
     let h = warm(config, 100, 10 * MS);
-    let d = h.delay_ns(&()).unwrap();
+    let d = h.delay_ns(&(), SEC).unwrap();
     assert!(d.abs_diff(15 * MS) <= 15 * MS / 50, "{d}");
     // Never below min_delay, even when the backend is very fast.
     let h = warm(HedgeConfig::DEFAULT, 100, 10_000);
-    assert_eq!(h.delay_ns(&()), Some(MS));
+    assert_eq!(h.delay_ns(&(), SEC), Some(MS));
 }
 
 #[test]
 fn not_idempotent_and_disabled_never_hedge() {
     let mut h = warm(HedgeConfig::DEFAULT, 50, 5 * MS);
-    let (mut r, plan) = h.start((), 100, Idempotency::NotIdempotent);
-    assert_eq!(plan, Plan::NoHedge(NoHedge::NotIdempotent));
+    let mut r = h.start((), 100, Idempotency::NotIdempotent);
+    assert_eq!(r.plan(), Plan::NoHedge(NoHedge::NotIdempotent));
     assert_eq!(r.next_timer(), None);
     assert_eq!(
         h.on_timer(&mut r, 100 * SEC),
         TimerAction::Skip(NoHedge::AttemptsExhausted)
     );
     assert_eq!(h.stats().not_idempotent, 1);
+    // Nor retried: a retryable failure of its only attempt gives it up.
+    let mut r = h.start((), 200, Idempotency::NotIdempotent);
+    assert_eq!(
+        h.on_failure(&mut r, Attempt::PRIMARY, 300, Failure::Retryable),
+        FailureOutcome::GiveUp {
+            cancel: AttemptSet::EMPTY
+        }
+    );
+    assert_eq!(h.stats().hedges_sent, 0);
     let mut h = warm(HedgeConfig::DEFAULT.max_hedges(0), 50, 5 * MS);
     assert_eq!(
-        h.start((), 100, IDEMPOTENT).1,
+        h.start((), 100, IDEMPOTENT).plan(),
         Plan::NoHedge(NoHedge::Disabled)
     );
+    assert_eq!(h.plan(&(), 100), Plan::NoHedge(NoHedge::Disabled));
 }
 
 #[test]
 fn hedge_wins_and_the_primary_is_cancelled() {
     let mut h = warm(HedgeConfig::DEFAULT, 50, 5 * MS);
     let t0 = SEC;
-    let (mut r, plan) = h.start((), t0, IDEMPOTENT);
-    let (at, _) = hedge_at(plan);
-    assert_eq!(r.next_timer(), Some(at));
+    let mut r = h.start((), t0, IDEMPOTENT);
+    let (at, _) = hedge_at(&r);
     // Early wake-up: wait.
     assert_eq!(h.on_timer(&mut r, at - 1), TimerAction::Wait { until: at });
     assert_eq!(h.on_timer(&mut r, at), TimerAction::SendHedge(Attempt(1)));
-    assert_eq!(h.hedges_in_flight(), 1);
+    assert_eq!(h.hedges_in_flight(at), 1);
     // max_hedges = 1: no further timer.
     assert_eq!(r.next_timer(), None);
     assert_eq!(
@@ -132,17 +165,19 @@ fn hedge_wins_and_the_primary_is_cancelled() {
         }
     );
     assert_eq!(r.winner(), Some(Attempt(1)));
-    assert_eq!(h.hedges_in_flight(), 0);
+    assert_eq!(h.hedges_in_flight(at + 2 * MS), 0);
     let s = h.stats();
     assert_eq!((s.hedges_sent, s.hedge_wins, s.primary_wins), (1, 1, 50));
-    // Both attempts were recorded: the winner and the censored primary.
-    assert_eq!(s.samples, 52);
+    // Both attempts were recorded: the winner exactly, the cancelled
+    // primary as censored ("at least delay + 2 ms").
+    assert_eq!((s.samples, s.censored_samples), (51, 1));
+    assert_eq!(h.window(&()).unwrap().censored_count(), 1);
 }
 
 #[test]
 fn primary_wins_and_nothing_is_cancelled() {
     let mut h = warm(HedgeConfig::DEFAULT, 50, 5 * MS);
-    let (mut r, _) = h.start((), SEC, IDEMPOTENT);
+    let mut r = h.start((), SEC, IDEMPOTENT);
     let out = h.on_commit(&mut r, Attempt::PRIMARY, SEC + MS);
     assert_eq!(
         out,
@@ -157,14 +192,15 @@ fn primary_wins_and_nothing_is_cancelled() {
         h.on_timer(&mut r, SEC + 100 * MS),
         TimerAction::Skip(NoHedge::Finished)
     );
-    assert_eq!(h.stats().hedges_sent, 0);
+    let s = h.stats();
+    assert_eq!((s.hedges_sent, s.samples, s.censored_samples), (0, 51, 0));
 }
 
 #[test]
 fn double_commit_late_loser_and_unknown_attempts() {
     let mut h = warm(HedgeConfig::DEFAULT, 50, 5 * MS);
-    let (mut r, plan) = h.start((), SEC, IDEMPOTENT);
-    let (at, _) = hedge_at(plan);
+    let mut r = h.start((), SEC, IDEMPOTENT);
+    let (at, _) = hedge_at(&r);
     // An attempt that was never sent.
     assert_eq!(h.on_commit(&mut r, Attempt(1), at), CommitOutcome::Unknown);
     assert_eq!(
@@ -172,7 +208,7 @@ fn double_commit_late_loser_and_unknown_attempts() {
         CommitOutcome::Unknown
     );
     assert_eq!(
-        h.on_failure(&mut r, Attempt(3), at),
+        h.on_failure(&mut r, Attempt(3), at, Failure::Retryable),
         FailureOutcome::Ignored
     );
     assert_eq!(h.on_timer(&mut r, at), TimerAction::SendHedge(Attempt(1)));
@@ -180,7 +216,7 @@ fn double_commit_late_loser_and_unknown_attempts() {
         h.on_commit(&mut r, Attempt::PRIMARY, at + MS),
         CommitOutcome::Won { .. }
     ));
-    let samples = h.stats().samples;
+    let before = h.stats();
     // The same commit again, and the loser answering after all: late, no effect.
     assert_eq!(
         h.on_commit(&mut r, Attempt::PRIMARY, at + 2 * MS),
@@ -191,19 +227,21 @@ fn double_commit_late_loser_and_unknown_attempts() {
         CommitOutcome::Late
     );
     assert_eq!(
-        h.on_failure(&mut r, Attempt(1), at + 3 * MS),
+        h.on_failure(&mut r, Attempt(1), at + 3 * MS, Failure::Fatal),
         FailureOutcome::Ignored
     );
-    assert_eq!(h.abandon(&mut r), AttemptSet::EMPTY);
-    assert_eq!(h.stats().samples, samples);
-    assert_eq!(h.stats().primary_wins, 51);
+    assert_eq!(h.abandon(&mut r, at + 4 * MS), AttemptSet::EMPTY);
+    let after = h.stats();
+    assert_eq!(after, before);
+    assert_eq!((after.samples, after.censored_samples), (51, 1));
+    assert_eq!(after.primary_wins, 51);
 }
 
 #[test]
 fn multiple_hedges_are_spaced_by_the_delay() {
     let mut h = hedger(HedgeConfig::DEFAULT.prior_delay_ns(10 * MS).max_hedges(3));
-    let (mut r, plan) = h.start((), 0, IDEMPOTENT);
-    let (at, d) = hedge_at(plan);
+    let mut r = h.start((), 0, IDEMPOTENT);
+    let (at, d) = hedge_at(&r);
     assert_eq!(h.on_timer(&mut r, at), TimerAction::SendHedge(Attempt(1)));
     assert_eq!(r.next_timer(), Some(at + d));
     assert_eq!(
@@ -216,7 +254,7 @@ fn multiple_hedges_are_spaced_by_the_delay() {
     );
     assert_eq!(r.next_timer(), None);
     assert_eq!(r.attempts_sent(), 4);
-    assert_eq!(h.hedges_in_flight(), 3);
+    assert_eq!(h.hedges_in_flight(at + 2 * d), 3);
     match h.on_commit(&mut r, Attempt(2), at + 2 * d + MS) {
         CommitOutcome::Won { winner, cancel } => {
             assert_eq!(winner, Attempt(2));
@@ -227,7 +265,9 @@ fn multiple_hedges_are_spaced_by_the_delay() {
         }
         other => panic!("{other:?}"),
     }
-    assert_eq!(h.hedges_in_flight(), 0);
+    assert_eq!(h.hedges_in_flight(at + 2 * d + MS), 0);
+    let s = h.stats();
+    assert_eq!((s.samples, s.censored_samples), (1, 3));
 }
 
 #[test]
@@ -237,8 +277,8 @@ fn budget_denial_stops_hedging_for_the_request() {
         Budget::Never,
     )
     .unwrap();
-    let (mut r, plan) = h.start((), 0, IDEMPOTENT);
-    let (at, _) = hedge_at(plan);
+    let mut r = h.start((), 0, IDEMPOTENT);
+    let (at, _) = hedge_at(&r);
     assert_eq!(
         h.on_timer(&mut r, at),
         TimerAction::Skip(NoHedge::BudgetDenied)
@@ -246,26 +286,37 @@ fn budget_denial_stops_hedging_for_the_request() {
     assert_eq!(r.next_timer(), None);
     assert_eq!(h.stats().budget_denials, 1);
     assert_eq!(h.stats().hedges_sent, 0);
+    // A retryable failure asks the budget again, and is denied too: with
+    // nothing left in flight the request gives up.
+    assert_eq!(
+        h.on_failure(&mut r, Attempt::PRIMARY, at + MS, Failure::Retryable),
+        FailureOutcome::GiveUp {
+            cancel: AttemptSet::EMPTY
+        }
+    );
+    let s = h.stats();
+    assert_eq!((s.budget_denials, s.hedges_sent, s.gave_up), (2, 0, 1));
 }
 
 #[test]
 fn ratio_budget_caps_hedges_at_its_share() {
+    // An explicit 10 % share, 5 tokens banked at most.
     let budget = Budget::Ratio(RatioBudget::new(1_000, 5).unwrap());
     let mut h: Hedger =
         Hedger::with_budget(HedgeConfig::DEFAULT.prior_delay_ns(MS), budget).unwrap();
     // Every request wants a hedge; the backend never answers in time.
     for i in 0..1_000u64 {
         let t = i * 10 * MS;
-        let (mut r, plan) = h.start((), t, IDEMPOTENT);
-        if let Plan::HedgeAt { at, .. } = plan {
-            let _ = h.on_timer(&mut r, at);
-        }
-        h.abandon(&mut r);
+        let mut r = h.start((), t, IDEMPOTENT);
+        let (at, _) = hedge_at(&r);
+        let _ = h.on_timer(&mut r, at);
+        h.abandon(&mut r, at);
     }
     let s = h.stats();
     assert!(s.hedges_sent <= 100, "{s:?}");
     assert!(s.hedges_sent >= 95, "{s:?}");
     assert_eq!(s.hedges_sent + s.budget_denials, 1_000);
+    assert_eq!(s.gave_up, 1_000);
 }
 
 #[test]
@@ -275,8 +326,8 @@ fn in_flight_cap_defers_hedges() {
             .prior_delay_ns(MS)
             .max_hedges_in_flight(1),
     );
-    let (mut a, _) = h.start((), 0, IDEMPOTENT);
-    let (mut b, _) = h.start((), 0, IDEMPOTENT);
+    let mut a = h.start((), 0, IDEMPOTENT);
+    let mut b = h.start((), 0, IDEMPOTENT);
     assert_eq!(h.on_timer(&mut a, MS), TimerAction::SendHedge(Attempt(1)));
     assert_eq!(
         h.on_timer(&mut b, MS),
@@ -295,13 +346,50 @@ fn in_flight_cap_defers_hedges() {
 }
 
 #[test]
+fn a_dropped_request_releases_its_hedge_within_the_lease() {
+    const LEASE: u64 = 100 * MS;
+    let mut h = hedger(
+        HedgeConfig::DEFAULT
+            .prior_delay_ns(MS)
+            .max_hedges_in_flight(1)
+            .in_flight_lease_ns(LEASE),
+    );
+    let mut a = h.start((), 0, IDEMPOTENT);
+    assert_eq!(h.on_timer(&mut a, MS), TimerAction::SendHedge(Attempt(1)));
+    // The caller's task is cancelled: the request is dropped, no event.
+    drop(a);
+    assert_eq!(h.hedges_in_flight(MS), 1);
+    let mut b = h.start((), 10 * MS, IDEMPOTENT);
+    assert_eq!(
+        h.on_timer(&mut b, 11 * MS),
+        TimerAction::Skip(NoHedge::InFlightLimit)
+    );
+    // Still held before ¾ of the lease, released once the lease has run.
+    assert_eq!(h.hedges_in_flight(MS + LEASE / 2), 1);
+    assert_eq!(h.hedges_in_flight(MS + LEASE), 0);
+    let at = b.next_timer().unwrap();
+    let at = at.max(MS + LEASE);
+    assert_eq!(h.on_timer(&mut b, at), TimerAction::SendHedge(Attempt(1)));
+    assert_eq!(h.stats().leases_expired, 1);
+    // Abandoning releases at once, and records the attempts as censored.
+    let censored = h.stats().censored_samples;
+    assert_eq!(
+        h.abandon(&mut b, at + MS).iter().collect::<Vec<_>>(),
+        [Attempt(0), Attempt(1)]
+    );
+    assert_eq!(h.hedges_in_flight(at + MS), 0);
+    assert_eq!(h.stats().censored_samples, censored + 2);
+    assert_eq!(h.abandon(&mut b, at + 2 * MS), AttemptSet::EMPTY);
+}
+
+#[test]
 fn deadline_gives_up_and_cancels_everything() {
     let mut h = hedger(
         HedgeConfig::DEFAULT
             .prior_delay_ns(10 * MS)
             .deadline_ns(15 * MS),
     );
-    let (mut r, _) = h.start((), 0, IDEMPOTENT);
+    let mut r = h.start((), 0, IDEMPOTENT);
     assert_eq!(r.next_timer(), Some(10 * MS));
     assert_eq!(
         h.on_timer(&mut r, 10 * MS),
@@ -317,35 +405,40 @@ fn deadline_gives_up_and_cancels_everything() {
         other => panic!("{other:?}"),
     }
     assert!(r.is_finished());
+    assert_eq!(r.next_timer(), None);
     assert_eq!(
         h.on_commit(&mut r, Attempt::PRIMARY, 16 * MS),
         CommitOutcome::Late
     );
-    assert_eq!(h.hedges_in_flight(), 0);
-    assert_eq!(h.stats().gave_up, 1);
+    assert_eq!(h.hedges_in_flight(16 * MS), 0);
+    let s = h.stats();
+    assert_eq!(s.gave_up, 1);
+    // Both attempts given up in flight: censored at 15 ms and 5 ms.
+    assert_eq!((s.samples, s.censored_samples), (0, 2));
     // A deadline before the hedge is due wins over it.
     let mut h = hedger(
         HedgeConfig::DEFAULT
             .prior_delay_ns(10 * MS)
             .deadline_ns(5 * MS),
     );
-    let (r, _) = h.start((), 0, IDEMPOTENT);
+    let r = h.start((), 0, IDEMPOTENT);
     assert_eq!(r.next_timer(), Some(5 * MS));
 }
 
 #[test]
-fn failures_follow_the_policy() {
+fn failures_release_the_next_attempt_or_end_the_request() {
     let config = HedgeConfig::DEFAULT.prior_delay_ns(MS);
     let mut h = hedger(config);
-    let (mut r, _) = h.start((), 0, IDEMPOTENT);
+    let mut r = h.start((), 0, IDEMPOTENT);
     assert_eq!(h.on_timer(&mut r, MS), TimerAction::SendHedge(Attempt(1)));
+    // Retryable, but the only hedge is already out: wait for it.
     assert_eq!(
-        h.on_failure(&mut r, Attempt::PRIMARY, 2 * MS),
+        h.on_failure(&mut r, Attempt::PRIMARY, 2 * MS, Failure::Retryable),
         FailureOutcome::Continue
     );
     // Failed twice: ignored the second time.
     assert_eq!(
-        h.on_failure(&mut r, Attempt::PRIMARY, 2 * MS),
+        h.on_failure(&mut r, Attempt::PRIMARY, 2 * MS, Failure::Retryable),
         FailureOutcome::Ignored
     );
     // A commit from an attempt that reported failure is not believed.
@@ -357,37 +450,63 @@ fn failures_follow_the_policy() {
         h.on_commit(&mut r, Attempt(1), 3 * MS),
         CommitOutcome::Won {
             winner: Attempt(1),
-            ..
+            cancel: AttemptSet::EMPTY,
         }
     ));
+    // A failed attempt records nothing: only the winner's sample.
+    let s = h.stats();
+    assert_eq!((s.samples, s.censored_samples), (1, 0));
 
-    // Nothing left in flight: give up.
-    let (mut r, _) = h.start((), 0, IDEMPOTENT);
+    // A retryable failure before the hedge is due releases it now.
+    let mut r = h.start((), 10 * MS, IDEMPOTENT);
     assert_eq!(
-        h.on_failure(&mut r, Attempt::PRIMARY, MS / 2),
+        h.on_failure(
+            &mut r,
+            Attempt::PRIMARY,
+            10 * MS + MS / 2,
+            Failure::Retryable
+        ),
+        FailureOutcome::SendNow(Attempt(1))
+    );
+    assert_eq!(h.hedges_in_flight(11 * MS), 1);
+    assert_eq!(r.next_timer(), None); // max_hedges = 1: nothing more to send
+    let s = h.stats();
+    assert_eq!((s.hedges_sent, s.retries_released), (2, 1));
+    // It fails too, nothing is left to send or in flight: give up.
+    assert_eq!(
+        h.on_failure(&mut r, Attempt(1), 12 * MS, Failure::Retryable),
         FailureOutcome::GiveUp {
             cancel: AttemptSet::EMPTY
         }
     );
-    assert_eq!(h.on_timer(&mut r, MS), TimerAction::Skip(NoHedge::Finished));
+    assert_eq!(
+        h.on_timer(&mut r, 20 * MS),
+        TimerAction::Skip(NoHedge::Finished)
+    );
+    assert_eq!(h.hedges_in_flight(12 * MS), 0);
 
-    let mut h = hedger(config.failure_policy(FailurePolicy::GiveUpOnFirst));
-    let (mut r, _) = h.start((), 0, IDEMPOTENT);
-    assert_eq!(h.on_timer(&mut r, MS), TimerAction::SendHedge(Attempt(1)));
-    match h.on_failure(&mut r, Attempt(1), 2 * MS) {
+    // A fatal failure ends the request and cancels the rest.
+    let mut r = h.start((), 30 * MS, IDEMPOTENT);
+    assert_eq!(
+        h.on_timer(&mut r, 31 * MS),
+        TimerAction::SendHedge(Attempt(1))
+    );
+    match h.on_failure(&mut r, Attempt(1), 32 * MS, Failure::Fatal) {
         FailureOutcome::GiveUp { cancel } => {
             assert_eq!(cancel.iter().collect::<Vec<_>>(), [Attempt(0)])
         }
         other => panic!("{other:?}"),
     }
-    assert_eq!(h.hedges_in_flight(), 0);
+    assert_eq!(h.hedges_in_flight(32 * MS), 0);
+    let s = h.stats();
+    assert_eq!((s.gave_up, s.samples, s.censored_samples), (2, 1, 1));
 }
 
 #[test]
 fn backwards_time_is_survived() {
     let mut h = hedger(HedgeConfig::DEFAULT.prior_delay_ns(MS));
-    let (mut r, plan) = h.start((), 10 * SEC, IDEMPOTENT);
-    let (at, _) = hedge_at(plan);
+    let mut r = h.start((), 10 * SEC, IDEMPOTENT);
+    let (at, _) = hedge_at(&r);
     // The timer "fires" at a time before the start.
     assert_eq!(h.on_timer(&mut r, 0), TimerAction::Wait { until: at });
     assert_eq!(h.on_timer(&mut r, at), TimerAction::SendHedge(Attempt(1)));
@@ -397,11 +516,11 @@ fn backwards_time_is_survived() {
         CommitOutcome::Won { .. }
     ));
     let s = h.stats();
-    assert_eq!(s.samples, 0);
+    assert_eq!((s.samples, s.censored_samples), (0, 0));
     assert_eq!(s.clock_anomalies, 2);
     // Extremes of u64 time.
-    let (mut r, plan) = h.start((), u64::MAX - 1, IDEMPOTENT);
-    assert_eq!(hedge_at(plan).0, u64::MAX);
+    let mut r = h.start((), u64::MAX - 1, IDEMPOTENT);
+    assert_eq!(hedge_at(&r).0, u64::MAX);
     assert_eq!(
         h.on_timer(&mut r, u64::MAX),
         TimerAction::SendHedge(Attempt(1))
@@ -410,18 +529,26 @@ fn backwards_time_is_survived() {
         h.on_commit(&mut r, Attempt::PRIMARY, u64::MAX),
         CommitOutcome::Won { .. }
     ));
+    // An elapsed time no latency can have (another clock): refused.
+    let mut r = h.start((), 0, IDEMPOTENT);
+    let refused = h.stats().samples_refused;
+    assert!(matches!(
+        h.on_commit(&mut r, Attempt::PRIMARY, u64::MAX / 2),
+        CommitOutcome::Won { .. }
+    ));
+    assert_eq!(h.stats().samples_refused, refused + 1);
 }
 
 #[test]
 fn idle_gap_returns_to_cold_start() {
     let mut h = warm(HedgeConfig::DEFAULT, 100, 5 * MS);
     assert!(matches!(
-        h.start((), SEC, IDEMPOTENT).1,
-        Plan::HedgeAt { .. }
+        h.start((), SEC, IDEMPOTENT).plan(),
+        Plan::Hedge { .. }
     ));
     // Two rotation periods of silence empty the window.
     assert_eq!(
-        h.start((), 61 * SEC, IDEMPOTENT).1,
+        h.start((), 61 * SEC, IDEMPOTENT).plan(),
         Plan::NoHedge(NoHedge::ColdStart)
     );
 }
@@ -430,44 +557,123 @@ fn idle_gap_returns_to_cold_start() {
 fn targets_have_their_own_windows_and_the_table_evicts() {
     let mut h: Hedger<u32, Budget, 2> =
         Hedger::with_budget(HedgeConfig::DEFAULT, Budget::Unlimited).unwrap();
-    for (target, latency) in [(1, 2 * MS), (2, 20 * MS)] {
-        for i in 0..50 {
-            let (mut r, _) = h.start(target, i, IDEMPOTENT);
-            h.on_commit(&mut r, Attempt::PRIMARY, i + latency);
+    // Target 1 is used twice as often as target 2, but less recently.
+    for (target, latency, n, t0) in [(1, 2 * MS, 100, 0), (2, 20 * MS, 50, 100 * MS)] {
+        for i in 0..n {
+            let mut r = h.start(target, t0 + i, IDEMPOTENT);
+            h.on_commit(&mut r, Attempt::PRIMARY, t0 + i + latency);
         }
     }
-    let fast = h.delay_ns(&1).unwrap();
-    let slow = h.delay_ns(&2).unwrap();
+    let now = SEC;
+    let fast = h.delay_ns(&1, now).unwrap();
+    let slow = h.delay_ns(&2, now).unwrap();
     assert!(
         fast.abs_diff(2 * MS) < MS / 10 && slow.abs_diff(20 * MS) < MS,
         "{fast} {slow}"
     );
-    // A third target evicts the least recently used (target 1).
-    let (_, plan) = h.start(3, 100, IDEMPOTENT);
-    assert_eq!(plan, Plan::NoHedge(NoHedge::ColdStart));
-    assert_eq!(h.stats().evictions, 1);
-    assert_eq!(h.delay_ns(&1), None);
-    assert!(h.delay_ns(&2).is_some());
+    assert_eq!(
+        h.plan(&1, now),
+        Plan::Hedge {
+            delay_ns: fast,
+            source: DelaySource::Target
+        }
+    );
+    // A third target evicts the least frequently used (target 2), and,
+    // its own window being cold, gets the aggregate window's delay (as
+    // target 2's first 20 requests did).
+    assert_eq!(h.stats().aggregate_delays, 20);
+    let r = h.start(3, now, IDEMPOTENT);
+    assert!(
+        matches!(
+            r.plan(),
+            Plan::Hedge {
+                source: DelaySource::Aggregate,
+                ..
+            }
+        ),
+        "{:?}",
+        r.plan()
+    );
+    let s = h.stats();
+    assert_eq!((s.evictions, s.aggregate_delays), (1, 21));
+    assert!(h.window(&2).is_none());
+    assert!(h.window(&1).is_some());
+    assert_eq!(h.delay_ns(&1, now), Some(fast));
+    // The evicted target falls back to the aggregate too.
+    assert!(matches!(
+        h.plan(&2, now),
+        Plan::Hedge {
+            source: DelaySource::Aggregate,
+            ..
+        }
+    ));
+    assert_eq!(h.aggregate_window().count(), 150);
     assert_eq!(h.targets(), 2);
-    // Target 3 was last used at 100 ns, target 2 at 20 ms + 49 ns.
-    assert_eq!(h.evict_unused_since(20 * MS), 1);
-    assert!(h.window(&3).is_none());
+    // Target 1 was last used at 99 ns, target 3 at 1 s.
+    assert_eq!(h.evict_idle(now + MS, 500 * MS), 1);
+    assert!(h.window(&1).is_none());
+    assert!(h.window(&3).is_some());
     assert_eq!(h.targets(), 1);
+    // A last use far after `now` (another clock) counts as idle too.
+    assert_eq!(h.evict_idle(0, 500 * MS), 1);
+    assert_eq!(h.targets(), 0);
 }
 
 #[test]
-fn per_target_budgets_are_separate() {
-    fn one_token() -> Budget {
-        Budget::Ratio(RatioBudget::new(10_000, 1).unwrap())
-    }
+fn routed_hedges_are_recorded_under_their_replica() {
+    let mut h: Hedger<u32, Budget, 4> =
+        Hedger::with_budget(HedgeConfig::DEFAULT.prior_delay_ns(MS), Budget::Unlimited).unwrap();
+    let mut r = h.start(1, 0, IDEMPOTENT);
+    let TimerAction::SendHedge(hedge) = h.on_timer(&mut r, MS) else {
+        panic!("no hedge")
+    };
+    r.route(hedge, 2);
+    assert_eq!(r.target_of(hedge), Some(2));
+    assert!(matches!(
+        h.on_commit(&mut r, hedge, 3 * MS),
+        CommitOutcome::Won { .. }
+    ));
+    // The hedge's 2 ms is an exact sample of target 2, the primary's 3 ms
+    // a censored one of target 1; the aggregate holds both.
+    let (one, two) = (h.window(&1).unwrap(), h.window(&2).unwrap());
+    assert_eq!((one.count(), one.censored_count()), (1, 1));
+    assert_eq!((two.count(), two.censored_count()), (1, 0));
+    assert_eq!(h.aggregate_window().count(), 2);
+}
+
+#[test]
+fn per_target_budgets_are_separate_and_start_drained() {
+    // Half a token per request, one token banked at most.
+    let half_a_token = Budget::Ratio(RatioBudget::new(5_000, 1).unwrap());
     let config = HedgeConfig::DEFAULT.prior_delay_ns(MS);
-    let mut h: Hedger<u8, Budget, 4> = Hedger::with_budget_per_target(config, one_token).unwrap();
-    // Target 1's request earns it one token and spends it; target 2's too.
+    let mut h: Hedger<u8, Budget, 4> =
+        Hedger::with_budget_per_target(config, half_a_token).unwrap();
+    // Each target's second request has earned it a token; the first not.
     for target in [1u8, 2] {
-        let (mut r, _) = h.start(target, 0, IDEMPOTENT);
-        assert_eq!(h.on_timer(&mut r, MS), TimerAction::SendHedge(Attempt(1)));
-        assert_eq!(h.budget_stats(&target).unwrap().grants, 1);
+        for (i, expected) in [
+            TimerAction::Skip(NoHedge::BudgetDenied),
+            TimerAction::SendHedge(Attempt(1)),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let t = i as u64 * 10 * MS;
+            let mut r = h.start(target, t, IDEMPOTENT);
+            assert_eq!(h.on_timer(&mut r, t + MS), expected, "{target} {i}");
+            h.abandon(&mut r, t + 2 * MS);
+        }
+        let b = h.budget_stats(&target).unwrap();
+        assert_eq!((b.grants, b.denials), (1, 1));
     }
+    // A target that leaves the table and comes back starts drained again:
+    // churn cannot refill its budget.
+    assert_eq!(h.evict_idle(10 * SEC, SEC), 2);
+    assert_eq!(h.budget_stats(&1), None);
+    let mut r = h.start(1, 10 * SEC, IDEMPOTENT);
+    assert_eq!(
+        h.on_timer(&mut r, 10 * SEC + MS),
+        TimerAction::Skip(NoHedge::BudgetDenied)
+    );
 }
 
 #[test]
@@ -495,6 +701,18 @@ fn invalid_configurations_are_errors() {
         (
             HedgeConfig::DEFAULT.rotation_period_ns(0),
             ConfigError::ZeroPeriod,
+        ),
+        (
+            HedgeConfig::DEFAULT.rotation_samples(0),
+            ConfigError::ZeroRotationSamples,
+        ),
+        (
+            HedgeConfig::DEFAULT.max_sample_ns(0),
+            ConfigError::ZeroMaxSample,
+        ),
+        (
+            HedgeConfig::DEFAULT.in_flight_lease_ns(0),
+            ConfigError::ZeroLease,
         ),
         (
             HedgeConfig::DEFAULT.relative_accuracy(0.0),
