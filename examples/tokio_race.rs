@@ -21,10 +21,14 @@ async fn backend(request: u64, attempt: Attempt) -> String {
     format!("answer to {request} from {attempt:?}")
 }
 
-/// One hedged call: races attempts until one answers.
+/// One hedged call: races attempts until one answers. If this future is
+/// dropped midway (a caller's timeout, a `select!` that lost), `request` is
+/// dropped with it: safe, its hedge stops counting against the in-flight cap
+/// within the lease; `Hedger::abandon` would release it at once.
 async fn hedged_call(hedger: &Mutex<Hedger>, epoch: Instant, id: u64) -> String {
     let now = || epoch.elapsed().as_nanos() as u64;
-    let (mut request, _plan) = hedger
+    // The timer to arm is always `next_timer()`; `request.plan()` only informs.
+    let mut request = hedger
         .lock()
         .unwrap()
         .start((), now(), Idempotency::Idempotent);
@@ -82,7 +86,7 @@ async fn main() {
     println!(
         "{} requests, {} hedges ({} won), {} denied by the budget, {} in cold start;\n\
          slowest call {:?} (a straggler alone takes 80 ms: the early ones ran before\n\
-         the 10 % budget had earned a token)",
+         the budget, a share of the traffic, had earned a token)",
         s.requests, s.hedges_sent, s.hedge_wins, s.budget_denials, s.cold_starts, slowest
     );
 }
