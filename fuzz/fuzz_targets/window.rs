@@ -1,7 +1,9 @@
 //! The rotating window under arbitrary timestamps (repeating, backwards,
 //! jumping to the ends of `u64`) against a naive model that keeps the raw
-//! samples of each half: counts match exactly, and the union quantile is
-//! within α of the exact one.
+//! samples of each half and follows the rotation rule of
+//! `LatencyWindow::new` (`Rotation::every(period)`): counts match exactly,
+//! reads never change the window, and with only exact samples the union
+//! quantile is within α of the exact one.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -9,35 +11,81 @@ use tailguard::window::LatencyWindow;
 
 #[derive(arbitrary::Arbitrary, Debug)]
 enum Op {
-    Record { dt: i32, latency: u64 },
-    Advance { dt: i32 },
+    Record {
+        dt: i32,
+        latency: u64,
+    },
+    /// An attempt cancelled after `elapsed`: a censored sample.
+    Censor {
+        dt: i32,
+        elapsed: u64,
+    },
+    Advance {
+        dt: i32,
+    },
     Jump(u64),
     Query(u8),
+    /// A read at `now + dt` that must not change the window.
+    ReadAt {
+        dt: i32,
+    },
     Refresh,
 }
 
+/// `LatencyWindow::advance` with `Rotation::every(period)`, on raw samples.
 #[derive(Default)]
 struct Model {
+    /// When the current half began; `None` before the first timestamp.
     start: Option<u64>,
+    /// The latest timestamp given (not the largest).
+    last_seen: u64,
     current: Vec<u64>,
     previous: Vec<u64>,
+    current_censored: Vec<u64>,
+    previous_censored: Vec<u64>,
+    rotations: u64,
 }
 
 impl Model {
     fn advance(&mut self, now: u64, period: u64) {
         let Some(start) = self.start else {
             self.start = Some(now);
+            self.last_seen = now;
             return;
         };
-        let elapsed = now.saturating_sub(start);
-        if elapsed >= period.saturating_mul(2) {
+        let gap = now.saturating_sub(self.last_seen);
+        self.last_seen = now;
+        if gap >= period.saturating_mul(2) {
+            // Idle for two periods: both halves are emptied (no rotation).
             self.current.clear();
             self.previous.clear();
+            self.current_censored.clear();
+            self.previous_censored.clear();
             self.start = Some(now);
-        } else if elapsed >= period {
+        } else if now < start {
+            // The clock went back: the period restarts there.
+            self.start = Some(now);
+        } else if now - start >= period {
             self.previous = std::mem::take(&mut self.current);
-            self.start = Some(start + period);
+            self.previous_censored = std::mem::take(&mut self.current_censored);
+            self.start = Some(now);
+            self.rotations += 1;
         }
+    }
+
+    fn idle_at(&self, now: u64, period: u64) -> bool {
+        self.start.is_some() && now.saturating_sub(self.last_seen) >= period.saturating_mul(2)
+    }
+
+    fn count(&self) -> u64 {
+        (self.current.len()
+            + self.previous.len()
+            + self.current_censored.len()
+            + self.previous_censored.len()) as u64
+    }
+
+    fn censored(&self) -> usize {
+        self.current_censored.len() + self.previous_censored.len()
     }
 }
 
@@ -57,6 +105,12 @@ fuzz_target!(|input: (u16, Vec<Op>)| {
                 model.advance(now, period);
                 model.current.push(latency);
             }
+            Op::Censor { dt, elapsed } => {
+                now = step(now, dt);
+                w.record_censored(now, elapsed).unwrap();
+                model.advance(now, period);
+                model.current_censored.push(elapsed);
+            }
             Op::Advance { dt } => {
                 now = step(now, dt);
                 w.advance(now);
@@ -67,31 +121,69 @@ fuzz_target!(|input: (u16, Vec<Op>)| {
                 w.advance(now);
                 model.advance(now, period);
             }
+            Op::ReadAt { dt } => {
+                let at = step(now, dt);
+                let idle = model.idle_at(at, period);
+                assert_eq!(w.is_idle_at(at), idle);
+                if idle {
+                    assert_eq!(w.count_at(at), 0);
+                    assert_eq!(w.quantile_at(at), None);
+                } else {
+                    assert_eq!(w.count_at(at), model.count());
+                    assert_eq!(w.quantile_at(at), w.cached_quantile());
+                }
+            }
             Op::Query(q) => {
                 let q = f64::from(q) / 255.0;
-                let mut all: Vec<u64> = model.current.iter().chain(&model.previous).copied().collect();
+                let mut all: Vec<u64> = model
+                    .current
+                    .iter()
+                    .chain(&model.previous)
+                    .copied()
+                    .collect();
                 all.sort_unstable();
-                match w.quantile(q).unwrap() {
-                    None => assert!(all.is_empty()),
-                    Some(estimate) => {
-                        let rank = (q * (all.len() - 1) as f64) as usize;
-                        let exact = all[rank] as f64;
-                        // Above any collapsed bucket: within α. At or below one
-                        // (latencies spanning more than the 1024 buckets cover):
-                        // over-estimated, never under.
-                        let bound = [w.current().collapse(), w.previous().collapse()]
-                            .into_iter()
-                            .flatten()
-                            .map(|c| c.bound)
-                            .fold(0.0, f64::max);
-                        let slack = 1e-9 * exact + 1e-9;
-                        if exact >= bound {
-                            assert!(
-                                (estimate - exact).abs() <= ALPHA * exact + slack,
-                                "q {q}: {estimate} vs {exact}"
-                            );
-                        } else {
-                            assert!(estimate >= exact * (1.0 - ALPHA) - slack, "q {q}: {estimate} vs {exact}");
+                let estimate = w.quantile(q).unwrap();
+                if model.censored() > 0 {
+                    // Kaplan–Meier over censored samples has no exact
+                    // counterpart here; it stays within what was seen.
+                    let seen = all
+                        .iter()
+                        .chain(&model.current_censored)
+                        .chain(&model.previous_censored)
+                        .map(|&v| v as f64);
+                    let lo = seen.clone().fold(f64::INFINITY, f64::min);
+                    let hi = seen.fold(0.0, f64::max);
+                    let e = estimate.expect("samples were recorded");
+                    assert!(
+                        e >= lo * (1.0 - 1e-9) && e <= hi * (1.0 + 1e-9),
+                        "{e} not in [{lo}, {hi}]"
+                    );
+                } else {
+                    match estimate {
+                        None => assert!(all.is_empty()),
+                        Some(estimate) => {
+                            let rank = (q * (all.len() - 1) as f64) as usize;
+                            let exact = all[rank] as f64;
+                            // Above any collapsed bucket: within α. At or below one
+                            // (latencies spanning more than the 1024 buckets cover):
+                            // over-estimated, never under.
+                            let bound = [w.current().collapse(), w.previous().collapse()]
+                                .into_iter()
+                                .flatten()
+                                .map(|c| c.bound)
+                                .fold(0.0, f64::max);
+                            let slack = 1e-9 * exact + 1e-9;
+                            if exact >= bound {
+                                assert!(
+                                    (estimate - exact).abs() <= ALPHA * exact + slack,
+                                    "q {q}: {estimate} vs {exact}"
+                                );
+                            } else {
+                                assert!(
+                                    estimate >= exact * (1.0 - ALPHA) - slack,
+                                    "q {q}: {estimate} vs {exact}"
+                                );
+                            }
                         }
                     }
                 }
@@ -103,5 +195,16 @@ fuzz_target!(|input: (u16, Vec<Op>)| {
         }
         assert_eq!(w.current().count(), model.current.len() as u64);
         assert_eq!(w.previous().count(), model.previous.len() as u64);
+        assert_eq!(
+            w.current_censored().count(),
+            model.current_censored.len() as u64
+        );
+        assert_eq!(
+            w.previous_censored().count(),
+            model.previous_censored.len() as u64
+        );
+        assert_eq!(w.count(), model.count());
+        assert_eq!(w.censored_count(), model.censored() as u64);
+        assert_eq!(w.rotations(), model.rotations);
     }
 });
