@@ -5,9 +5,11 @@
 
 use core::hint::black_box;
 use tailguard::budget::{Budget, HedgeBudget, RatioBudget, TokenBucket};
-use tailguard::hedge::{Attempt, HedgeConfig, Hedger, Idempotency};
-use tailguard::window::LatencyWindow;
-use tailguard::{CollapsingHighestStore, DDSketch, LinearMapping, LogarithmicMapping, SignedSketch};
+use tailguard::hedge::{Attempt, Failure, HedgeConfig, Hedger, Idempotency};
+use tailguard::window::{LatencyWindow, Rotation};
+use tailguard::{
+    CollapsingHighestStore, DDSketch, LinearMapping, LogarithmicMapping, SignedSketch,
+};
 
 extern "C" {
     /// Deliberately undefined: referenced only from the panic handler.
@@ -35,7 +37,9 @@ fn sketches() {
         let _ = black_box((s.count(), s.min(), s.max(), s.mean(), s.collapse()));
         s.clear();
     }
-    if let Ok(mut s) = SignedSketch::<LogarithmicMapping, CollapsingHighestStore<64>>::with_accuracy(alpha) {
+    if let Ok(mut s) =
+        SignedSketch::<LogarithmicMapping, CollapsingHighestStore<64>>::with_accuracy(alpha)
+    {
         let _ = s.add(black_box(-1e300));
         let _ = black_box(s.quantile(black_box(0.1)));
         let _ = black_box(s.rank(black_box(-3.0)));
@@ -47,10 +51,32 @@ fn sketches() {
 }
 
 fn window() {
-    if let Ok(mut w) = LatencyWindow::<tailguard::CubicMapping>::new(black_box(0.01), black_box(1_000), black_box(0.9)) {
+    if let Ok(mut w) = LatencyWindow::<tailguard::CubicMapping>::new(
+        black_box(0.01),
+        black_box(1_000),
+        black_box(0.9),
+    ) {
         let _ = w.record(black_box(5), black_box(1_000_000));
+        let _ = w.record_censored(black_box(7), black_box(3_000_000));
         w.advance(black_box(u64::MAX));
         let _ = black_box((w.cached_quantile(), w.quantile(black_box(0.5))));
+        let _ = black_box((w.quantile_at(black_box(3)), w.count_at(black_box(u64::MAX))));
+    }
+    let rotation = Rotation {
+        period_ns: black_box(0),
+        min_samples: black_box(3),
+        max_samples: black_box(1),
+    };
+    if let Ok(mapping) = tailguard::CubicMapping::new(black_box(0.02)) {
+        if let Ok(mut w) = LatencyWindow::<_>::with_rotation(mapping, rotation, black_box(0.99)) {
+            let _ = w.record_censored(black_box(u64::MAX), black_box(u64::MAX));
+            let _ = w.record(black_box(0), black_box(0));
+            let _ = black_box((
+                w.cached_quantile(),
+                w.rotations(),
+                Rotation::samples_for_quantile(black_box(0.999)),
+            ));
+        }
     }
 }
 
@@ -69,15 +95,54 @@ fn budgets() {
 }
 
 fn hedging() {
-    let config = HedgeConfig::DEFAULT.max_hedges(black_box(3)).prior_delay_ns(black_box(1_000));
+    let config = HedgeConfig::DEFAULT
+        .max_hedges(black_box(3))
+        .prior_delay_ns(black_box(1_000))
+        .max_hedges_in_flight(black_box(1))
+        .in_flight_lease_ns(black_box(7))
+        .deadline_ns(black_box(9_000));
     if let Ok(mut h) = Hedger::<u8, Budget, 2>::with_budget(config, Budget::default()) {
-        let (mut r, plan) = h.start(black_box(1), black_box(10), Idempotency::Idempotent);
-        black_box(plan);
+        let mut r = h.start(black_box(1), black_box(10), Idempotency::Idempotent);
+        black_box((r.plan(), r.next_timer()));
         let _ = black_box(h.on_timer(&mut r, black_box(2_000)));
-        let _ = black_box(h.on_failure(&mut r, Attempt(black_box(1)), black_box(2_500)));
+        r.route(Attempt(black_box(1)), black_box(2));
+        let _ = black_box(h.on_failure(
+            &mut r,
+            Attempt(black_box(1)),
+            black_box(2_500),
+            Failure::Retryable,
+        ));
         let _ = black_box(h.on_commit(&mut r, Attempt(black_box(0)), black_box(3_000)));
-        let _ = black_box(h.abandon(&mut r));
-        let _ = black_box((h.stats(), h.delay_ns(&1), h.evict_unused_since(black_box(5))));
+        let _ = black_box(h.abandon(&mut r, black_box(u64::MAX)));
+        let mut dropped = h.start(
+            black_box(2),
+            black_box(u64::MAX / 2),
+            Idempotency::Idempotent,
+        );
+        let _ = black_box(h.on_timer(&mut dropped, black_box(u64::MAX)));
+        drop(dropped); // mid-race, without an event
+        let mut failed = h.start(black_box(0), black_box(3), Idempotency::Idempotent);
+        let _ = black_box(h.on_failure(
+            &mut failed,
+            Attempt(black_box(0)),
+            black_box(5),
+            Failure::Fatal,
+        ));
+        let _ = black_box((
+            h.stats(),
+            h.delay_ns(&1, black_box(4)),
+            h.plan(&2, black_box(5)),
+        ));
+        let _ = black_box((
+            h.hedges_in_flight(black_box(6)),
+            h.evict_idle(black_box(5), black_box(1)),
+        ));
+        let _ = black_box((h.budget_stats(&1), h.targets()));
+    }
+    if let Ok(mut h) = Hedger::<u8, Budget, 3>::with_budget_per_target(config, Budget::default()) {
+        let mut r = h.start(black_box(7), black_box(1), Idempotency::NotIdempotent);
+        let _ = black_box(h.on_timer(&mut r, black_box(20_000)));
+        let _ = black_box((h.budget_stats(&7), h.stats()));
     }
 }
 
