@@ -495,3 +495,39 @@ fn the_driver_races_to_a_commit() {
     let end = race(&mut h, &mut b, &mut r, 0);
     assert!(r.is_finished() && end > 0);
 }
+
+// ---------------------------------------------------------------------
+// Censored samples alone are not data
+// ---------------------------------------------------------------------
+
+#[test]
+fn cancellations_alone_do_not_warm_a_window() {
+    let mut h = unlimited(HedgeConfig::DEFAULT);
+    for i in 0..40 {
+        let mut r = h.start((), i * 1_000, IDEMPOTENT);
+        h.abandon(&mut r, i * 1_000 + 500);
+    }
+    assert_eq!(h.stats().censored_samples, 40);
+    let r = h.start((), 50_000, IDEMPOTENT);
+    assert_eq!(r.plan(), Plan::NoHedge(NoHedge::ColdStart));
+}
+
+#[test]
+fn the_delay_cannot_feed_on_its_own_censoring_times() {
+    // Primaries never answer (a dead replica); every hedge answers 1 ms
+    // after its send. The primaries' censored times are delay + 1 ms: were
+    // they taken as the tail, each refresh would add 1 ms to the delay.
+    let mut h = unlimited(HedgeConfig::DEFAULT.prior_delay_ns(5 * MS));
+    let mut t = 0;
+    for _ in 0..50_000 {
+        let mut r = h.start((), t, IDEMPOTENT);
+        let at = r.next_timer().unwrap();
+        let TimerAction::SendHedge(hedge) = h.on_timer(&mut r, at) else {
+            panic!()
+        };
+        h.on_commit(&mut r, hedge, at + MS);
+        t += MS;
+    }
+    let delay = h.delay_ns(&(), t).unwrap();
+    assert!(delay <= 5 * MS, "{delay}");
+}

@@ -35,8 +35,9 @@ pub struct HedgeConfig {
     pub min_delay_ns: u64,
     /// The delay never goes above this. Default `u64::MAX` (no cap).
     pub max_delay_ns: u64,
-    /// Samples the window must hold before the estimate is trusted; until
-    /// then the request is in cold start. Default 20.
+    /// Answers (exact samples) a window must hold before its estimate is
+    /// trusted; until then the target falls back to the aggregate window,
+    /// then to the prior, then to cold start. Default 20.
     pub min_samples: u64,
     /// Rotation period of the latency windows: a window rotates once this
     /// has passed and its current half holds `min_samples`, and forgets
@@ -66,7 +67,8 @@ pub struct HedgeConfig {
     pub max_hedges_in_flight: Option<u32>,
     /// How long a hedge counts as in flight if its request is dropped
     /// without a final event: it stops counting between ¾ of this and this
-    /// long after it was sent. Default 10 s.
+    /// long after it was sent (the lease is counted in four slots of
+    /// `⌊lease / 4⌋` ns, at least 1 ns each). Default 10 s.
     pub in_flight_lease_ns: u64,
     /// Give the whole request up this long after its start (the caller's
     /// hard timeout). Default `None`.

@@ -646,14 +646,15 @@ impl<K: PartialEq + Copy, B: HedgeBudget, const T: usize, S: Store> Hedger<K, B,
 }
 
 /// The delay a window's estimate gives at `now`, `None` while it holds
-/// fewer than `min_samples` samples: the cached quantile, scaled and
-/// bounded.
+/// fewer than `min_samples` answers (exact samples: censored ones say only
+/// how long attempts were *not* answered) or is idle: the cached quantile,
+/// scaled and bounded.
 fn estimate<S: Store>(
     config: &HedgeConfig,
     window: &LatencyWindow<CubicMapping, S>,
     now: u64,
 ) -> Option<u64> {
-    if window.count() < config.min_samples || window.is_idle_at(now) {
+    if window.exact_count() < config.min_samples || window.is_idle_at(now) {
         return None;
     }
     window

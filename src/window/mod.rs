@@ -57,7 +57,8 @@ pub struct Rotation {
     /// the current half holds `min_samples`). Two periods without any
     /// timestamp empty the window. At least 1 ns.
     pub period_ns: u64,
-    /// Samples the current half must hold before time alone rotates it.
+    /// Exact samples (answers) the current half must hold before time alone
+    /// rotates it.
     pub min_samples: u64,
     /// Rotate as soon as the current half holds this many samples, whatever
     /// the time (`u64::MAX`: never on count alone).
@@ -151,6 +152,9 @@ pub struct LatencyWindow<M: IndexMapping = CubicMapping, S: Store = CollapsingLo
     /// that reads and the per-sample checks are field loads.
     current_count: u64,
     count: u64,
+    /// Exact samples in the current half and in both.
+    current_exact: u64,
+    exact: u64,
 }
 
 impl<M: IndexMapping + crate::FromRelativeAccuracy, S: Store> LatencyWindow<M, S> {
@@ -209,6 +213,8 @@ impl<M: IndexMapping, S: Store> LatencyWindow<M, S> {
             rotations: 0,
             current_count: 0,
             count: 0,
+            current_exact: 0,
+            exact: 0,
         })
     }
 
@@ -232,6 +238,8 @@ impl<M: IndexMapping, S: Store> LatencyWindow<M, S> {
             self.previous.clear();
             self.current_count = 0;
             self.count = 0;
+            self.current_exact = 0;
+            self.exact = 0;
             self.current_start = Some(now);
             self.refresh();
             return;
@@ -242,7 +250,7 @@ impl<M: IndexMapping, S: Store> LatencyWindow<M, S> {
             return;
         }
         if now.saturating_sub(start) >= self.rotation.period_ns
-            && self.current_count >= self.rotation.min_samples
+            && self.current_exact >= self.rotation.min_samples
         {
             self.rotate(now);
         }
@@ -257,6 +265,8 @@ impl<M: IndexMapping, S: Store> LatencyWindow<M, S> {
         self.current.clear();
         self.count = self.current_count;
         self.current_count = 0;
+        self.exact = self.current_exact;
+        self.current_exact = 0;
         self.current_start = Some(now);
         self.rotations = self.rotations.saturating_add(1);
         self.refresh();
@@ -271,6 +281,8 @@ impl<M: IndexMapping, S: Store> LatencyWindow<M, S> {
     pub fn record(&mut self, now: u64, latency_ns: u64) -> Result<(), SketchError> {
         self.advance(now);
         self.current.exact.add(latency_ns as f64)?;
+        self.current_exact = self.current_exact.saturating_add(1);
+        self.exact = self.exact.saturating_add(1);
         self.after_sample(now);
         Ok(())
     }
@@ -370,6 +382,12 @@ impl<M: IndexMapping, S: Store> LatencyWindow<M, S> {
         self.count
     }
 
+    /// Exact samples (answers) in both halves. O(1).
+    #[inline]
+    pub fn exact_count(&self) -> u64 {
+        self.exact
+    }
+
     /// Censored samples in both halves.
     pub fn censored_count(&self) -> u64 {
         self.current
@@ -419,6 +437,8 @@ impl<M: IndexMapping, S: Store> LatencyWindow<M, S> {
         self.previous.clear();
         self.current_count = 0;
         self.count = 0;
+        self.current_exact = 0;
+        self.exact = 0;
         self.current_start = None;
         self.last_seen = 0;
         self.cached = None;

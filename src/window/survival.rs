@@ -32,9 +32,12 @@ pub(crate) struct Pair<'a, M: IndexMapping, S: Store> {
 }
 
 /// The product-limit `q`-quantile of the union of `halves`, clamped into
-/// the observed `[min, max]`; `None` when they hold no sample. When the
+/// the observed `[min, max]`; `None` when they hold no exact sample (no
+/// attempt ever answered: there is no latency to estimate from). When the
 /// estimate never reaches `q` (the upper tail was only ever seen censored)
-/// the answer is the largest value seen: a lower bound of the quantile.
+/// the answer is the largest exact sample: a lower bound of the quantile
+/// that comes from answers, never from the censoring times — which a hedge
+/// delay itself sets, so feeding them back would let the delay run away.
 ///
 /// Cost: one pass over the occupied buckets of the four stores.
 pub(crate) fn quantile<M: IndexMapping, S: Store>(
@@ -45,7 +48,7 @@ pub(crate) fn quantile<M: IndexMapping, S: Store>(
     let exact = a.exact.count().saturating_add(b.exact.count());
     let censored = a.censored.count().saturating_add(b.censored.count());
     let n = exact.saturating_add(censored);
-    if n == 0 {
+    if exact == 0 {
         return None;
     }
     let sketches = [a.exact, b.exact, a.censored, b.censored];
@@ -104,7 +107,11 @@ pub(crate) fn quantile<M: IndexMapping, S: Store>(
             return Some(clamp(mapping.value(key), min, max));
         }
     }
-    Some(max)
+    let largest_exact = [a.exact.max(), b.exact.max()]
+        .into_iter()
+        .flatten()
+        .fold(f64::NEG_INFINITY, f64::max);
+    Some(largest_exact)
 }
 
 fn clamp(v: f64, min: f64, max: f64) -> f64 {
@@ -194,13 +201,17 @@ mod tests {
     }
 
     #[test]
-    fn only_censored_above_gives_the_largest_value() {
+    fn a_tail_seen_only_censored_gives_the_largest_answer() {
         let mut e = sketch();
         let mut c = sketch();
         e.add(1.0).unwrap();
         for _ in 0..10 {
             c.add(7.0).unwrap();
         }
-        assert_eq!(km(&e, &c, 0.99), Some(7.0));
+        // Not the censoring time (7): hedges set it, and feeding it back
+        // would push the delay up by a hedge latency every refresh.
+        assert_eq!(km(&e, &c, 0.99), Some(1.0));
+        // No answer at all: nothing to estimate.
+        assert_eq!(km(&sketch(), &c, 0.5), None);
     }
 }
