@@ -561,6 +561,27 @@ mod tests {
     }
 
     #[test]
+    fn the_estimate_walks_occupied_buckets_not_the_keys_between() {
+        // At α = 1e-7, 1 ns and 10¹⁹ ns are 4·10⁸ keys apart: a walk over
+        // the keys between the halves took seconds per estimate. A walk over
+        // the occupied buckets takes two steps, so these 2 000 estimates
+        // (and the refreshes behind each record) finish at once.
+        let mut w: LatencyWindow = LatencyWindow::new(1e-7, 10 * SEC, 0.5).unwrap();
+        w.record(0, 1).unwrap();
+        w.record(11 * SEC, 10_000_000_000_000_000_000).unwrap(); // rotated
+        assert_eq!(w.previous().count(), 1);
+        for censored in [false, true] {
+            if censored {
+                w.record_censored(11 * SEC, 5).unwrap(); // the product-limit path
+            }
+            for q in 0..1_000 {
+                let v = w.quantile(f64::from(q) / 1_000.0).unwrap().unwrap();
+                assert!((1.0..=1.0e19 * (1.0 + 1e-6)).contains(&v), "{v}");
+            }
+        }
+    }
+
+    #[test]
     fn rejects_bad_quantile() {
         assert!(LatencyWindow::<CubicMapping>::new(0.01, SEC, 1.5).is_err());
         assert!(LatencyWindow::<CubicMapping>::new(0.01, SEC, f64::NAN).is_err());
