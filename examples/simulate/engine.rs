@@ -20,7 +20,15 @@
 //!
 //! The backend has otherwise unlimited capacity (no queueing): each attempt
 //! draws its own latency when it is sent. An attempt costs backend time from
-//! its send until it answers or is cancelled, whichever comes first.
+//! its send until it answers, fails or is cancelled, whichever comes first.
+//!
+//! An attempt may also *fail fast* ([`FastFailures`]): it answers with an
+//! error instead, and the client decides what the failure does
+//! ([`Client::on_failure`]: send the next attempt now, wait for the others,
+//! or give the request up). A request given up is retried by the *caller*
+//! as a new request, up to [`Workload::tries`] tries in all; the user
+//! request's latency runs from its first try's start to its success, and it
+//! counts as failed after its last try fails.
 //!
 //! Randomness: closed-loop runs draw every attempt's latency from one stream
 //! in send order (as they always did, so their tables are unchanged).
@@ -29,7 +37,8 @@
 //! its replica and its target from a generator seeded by `(seed, i, a)`, so
 //! every strategy run with the same seed sees the same arrivals, the same
 //! primaries and the same would-be hedges: the rows differ by the hedging
-//! alone.
+//! alone. A caller retry (try `k ≥ 1`) draws from `(seed, i, a, k)`: the
+//! same fates for every strategy that retries as often.
 
 // The example and the test each use a subset of this module.
 #![allow(dead_code)]
@@ -39,8 +48,8 @@ use std::collections::BinaryHeap;
 
 use tailguard::budget::{Budget, HedgeBudget, TokenBucket};
 use tailguard::hedge::{
-    Attempt, CommitOutcome, HedgeConfig, HedgeStats, Hedger, Idempotency, Plan, Request,
-    TimerAction,
+    Attempt, CommitOutcome, DelaySource, Failure, FailureOutcome, HedgeConfig, HedgeStats, Hedger,
+    Idempotency, Plan, Request, TimerAction,
 };
 use tailguard::window::LatencyWindow;
 
@@ -281,6 +290,17 @@ pub fn poisson_pauses(
     pauses
 }
 
+/// Attempts that fail fast: with probability `prob` (drawn for each attempt
+/// independently) an attempt answers with an error after `after` instead of
+/// answering.
+#[derive(Clone, Copy, Debug)]
+pub struct FastFailures {
+    /// Share of attempts that fail.
+    pub prob: f64,
+    /// When a failing attempt reports its error, after its send.
+    pub after: LogNormal,
+}
+
 /// The backend every attempt goes to.
 #[derive(Clone, Debug)]
 pub struct Backend {
@@ -290,6 +310,8 @@ pub struct Backend {
     pub slowdowns: Vec<Slowdown>,
     /// Its servers; empty means one plain replica (scale 1, no pauses).
     pub replicas: Vec<Replica>,
+    /// Attempts that fail fast, if any.
+    pub failures: Option<FastFailures>,
 }
 
 /// One attempt's fate, drawn when it is sent.
@@ -302,6 +324,9 @@ pub struct Draw {
     /// A slow attempt (straggler, cache miss, slow mode, or caught by a
     /// pause).
     pub slow: bool,
+    /// A failing attempt: its error arrives this long after its send, and
+    /// it never answers.
+    pub fail_ns: Option<u64>,
 }
 
 impl Backend {
@@ -311,6 +336,7 @@ impl Backend {
             latency,
             slowdowns: Vec::new(),
             replicas: Vec::new(),
+            failures: None,
         }
     }
 
@@ -351,6 +377,12 @@ impl Backend {
         self
     }
 
+    /// The same backend, `prob` of its attempts failing after `after`.
+    pub fn with_fast_failures(mut self, prob: f64, after: LogNormal) -> Self {
+        self.failures = Some(FastFailures { prob, after });
+        self
+    }
+
     /// How many replicas serve it (at least 1).
     pub fn replica_count(&self) -> u32 {
         (self.replicas.len() as u32).max(1)
@@ -373,6 +405,7 @@ impl Backend {
             headers_ns: None,
             answer_ns: scale(ns),
             slow,
+            fail_ns: None,
         };
         match self.latency {
             Latency::Plain {
@@ -397,6 +430,7 @@ impl Backend {
                     headers_ns: Some(h),
                     answer_ns: token.max(h + 1),
                     slow,
+                    fail_ns: None,
                 }
             }
             Latency::Pareto {
@@ -421,9 +455,17 @@ impl Backend {
     }
 
     /// Draws one attempt sent at `now` to `replica`: the model's draw,
-    /// scaled by the replica and stretched by its pauses.
+    /// scaled by the replica and stretched by its pauses, then whether it
+    /// fails fast (drawn only if the backend has [`FastFailures`], so other
+    /// backends' random streams are unchanged).
     pub fn draw_on(&self, rng: &mut Rng, now: u64, replica: u32) -> Draw {
         let mut d = self.draw(rng, now);
+        if let Some(f) = self.failures {
+            if rng.chance(f.prob) {
+                d.fail_ns = Some(f.after.sample_ns(rng));
+                d.slow = false;
+            }
+        }
         let Some(r) = self.replicas.get(replica as usize) else {
             return d;
         };
@@ -436,9 +478,10 @@ impl Backend {
             (r.finish(now, work) - now, work)
         };
         let (answer, work) = on(d.answer_ns);
-        d.slow |= answer > work;
+        d.slow |= answer > work && d.fail_ns.is_none();
         d.answer_ns = answer;
         d.headers_ns = d.headers_ns.map(|h| on(h).0);
+        d.fail_ns = d.fail_ns.map(|f| on(f).0);
         d
     }
 
@@ -476,14 +519,30 @@ pub enum Signal {
 /// Where a request's hedge delay came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum DelayOrigin {
-    /// Measured latency (the hedger's window held enough samples).
+    /// Measured latency of the request's target (its own window held
+    /// enough samples).
     Data,
+    /// Measured latency of every target (the hedger's aggregate window: the
+    /// target's own is cold or was evicted).
+    Aggregate,
     /// A configured prior or fixed delay (cold start, static policies).
     Prior,
     /// No delay: the request is not hedged (cold start without a prior,
     /// hedging disabled, a policy that does not say).
     #[default]
     NoDelay,
+}
+
+/// What a client decided when an attempt failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FailureAction {
+    /// Send this attempt now.
+    SendNow(u8),
+    /// Keep waiting for the attempts still in flight (or the hedge timer).
+    Continue,
+    /// The request failed: cancel these attempts (a mask); the caller may
+    /// retry it as a new request.
+    GiveUp(u8),
 }
 
 /// A hedging client as the engine sees it. Attempt numbers are `0` for the
@@ -504,6 +563,22 @@ pub trait Client {
     fn on_timer(&mut self, req: &mut Self::Req, now: u64) -> Option<u8>;
     /// `attempt` gave the commit signal: `Some(losers)` if it won.
     fn on_commit(&mut self, req: &mut Self::Req, attempt: u8, now: u64) -> Option<u8>;
+    /// `attempt` failed fast at `now`; `in_flight` is the mask of the
+    /// request's other attempts still in flight. By default the request
+    /// gives up when nothing is left in flight, and waits otherwise.
+    fn on_failure(
+        &mut self,
+        _req: &mut Self::Req,
+        _attempt: u8,
+        _now: u64,
+        in_flight: u8,
+    ) -> FailureAction {
+        if in_flight == 0 {
+            FailureAction::GiveUp(0)
+        } else {
+            FailureAction::Continue
+        }
+    }
     /// `attempt`'s headers arrived (called for every live attempt, whatever
     /// the client races on).
     fn on_headers(&mut self, _req: &mut Self::Req, _attempt: u8, _now: u64) {}
@@ -546,9 +621,13 @@ impl TargetKey for u32 {
 /// `impl` block or the `Client` impl below it.
 #[derive(Debug)]
 pub struct Ours<K: TargetKey = (), B: HedgeBudget = Budget, const T: usize = 1> {
-    hedger: Hedger<K, B, T>,
+    /// Boxed: a hedger holds its windows inline (16.5 KiB per target), too
+    /// much to move around a debug build's stack.
+    hedger: Box<Hedger<K, B, T>>,
     /// The commit signal: raced on and recorded.
     signal: Signal,
+    /// How attempt failures are reported to the hedger.
+    failure: Failure,
 }
 
 /// [`Ours`]'s per-request state.
@@ -562,9 +641,17 @@ impl<K: TargetKey, B: HedgeBudget, const T: usize> Ours<K, B, T> {
     /// recording on `signal`.
     pub fn with_budget(config: HedgeConfig, budget: B, signal: Signal) -> Self {
         Self {
-            hedger: Hedger::with_budget(config, budget).expect("valid config"),
+            hedger: Box::new(Hedger::with_budget(config, budget).expect("valid config")),
             signal,
+            failure: Failure::Retryable,
         }
+    }
+
+    /// The same client, reporting every attempt failure as `failure`
+    /// (default [`Failure::Retryable`]).
+    pub fn reporting(mut self, failure: Failure) -> Self {
+        self.failure = failure;
+        self
     }
 
     /// The hedger's counters.
@@ -615,6 +702,25 @@ impl<K: TargetKey, B: HedgeBudget, const T: usize> Client for Ours<K, B, T> {
         }
     }
 
+    fn on_failure(
+        &mut self,
+        req: &mut OursReq<K>,
+        attempt: u8,
+        now: u64,
+        _in_flight: u8,
+    ) -> FailureAction {
+        match self
+            .hedger
+            .on_failure(&mut req.request, Attempt(attempt), now, self.failure)
+        {
+            FailureOutcome::SendNow(a) => FailureAction::SendNow(a.0),
+            FailureOutcome::GiveUp { cancel } => FailureAction::GiveUp(mask(cancel)),
+            // `Ignored` cannot happen: the engine reports each live attempt
+            // of a racing request once.
+            FailureOutcome::Continue | FailureOutcome::Ignored => FailureAction::Continue,
+        }
+    }
+
     fn races_on(&self) -> Signal {
         self.signal
     }
@@ -625,8 +731,18 @@ impl<K: TargetKey, B: HedgeBudget, const T: usize> Client for Ours<K, B, T> {
 
     fn delay_origin(&self, req: &OursReq<K>) -> DelayOrigin {
         match req.request.plan() {
-            Plan::Hedge { source, .. } if source.is_data_driven() => DelayOrigin::Data,
-            Plan::Hedge { .. } => DelayOrigin::Prior,
+            Plan::Hedge {
+                source: DelaySource::Target,
+                ..
+            } => DelayOrigin::Data,
+            Plan::Hedge {
+                source: DelaySource::Aggregate,
+                ..
+            } => DelayOrigin::Aggregate,
+            Plan::Hedge {
+                source: DelaySource::Prior,
+                ..
+            } => DelayOrigin::Prior,
             Plan::NoHedge(_) => DelayOrigin::NoDelay,
         }
     }
@@ -940,6 +1056,10 @@ pub struct Workload {
     /// Record the client's delay for target 0 every this many ns
     /// ([`Outcome::delay_series`]).
     pub sample_every_ns: Option<u64>,
+    /// Tries per backend request: a request the client gives up is retried
+    /// by the caller, as a new request started at once, until this many
+    /// tries have failed (1: no caller retry).
+    pub tries: u32,
 }
 
 impl Workload {
@@ -954,6 +1074,7 @@ impl Workload {
             popularity: Popularity::One,
             routing: Routing::ToTarget,
             sample_every_ns: None,
+            tries: 1,
         }
     }
 
@@ -997,6 +1118,13 @@ impl Workload {
         self.sample_every_ns = Some(every_ns.max(1));
         self
     }
+
+    /// The same, the caller trying each backend request up to `tries`
+    /// times (at least 1).
+    pub fn tries(mut self, tries: u32) -> Self {
+        self.tries = tries.max(1);
+        self
+    }
 }
 
 /// One completed user request.
@@ -1011,16 +1139,23 @@ pub struct UserRecord {
     pub any_slow_primary: bool,
     /// Its target.
     pub target: u32,
-    /// Where its delay came from (of its first backend request).
+    /// Where its delay came from (of its first backend request's first
+    /// try).
     pub origin: DelayOrigin,
+    /// Whether it failed: a backend request of it failed every try.
+    pub failed: bool,
+    /// Caller retries it took (tries beyond the first, over its backend
+    /// requests).
+    pub retries: u32,
 }
 
 /// Activity in one second of virtual time.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Second {
-    /// Backend requests started (primaries).
+    /// Backend requests started (primaries; a caller retry is a new
+    /// request).
     pub requests: u64,
-    /// Hedges sent.
+    /// Hedges sent (on the timer, or released by a failure).
     pub hedges: u64,
     /// The client's hedge delay at the last request start in that second.
     pub delay_ns: Option<u64>,
@@ -1029,12 +1164,18 @@ pub struct Second {
 /// Everything a run measured.
 #[derive(Clone, Debug, Default)]
 pub struct Outcome {
-    /// Completed user requests.
+    /// Completed user requests (failed ones included, flagged).
     pub users: Vec<UserRecord>,
-    /// Backend requests started (one primary each).
+    /// Backend requests started (one primary each; caller retries
+    /// included).
     pub requests: u64,
-    /// Hedges sent.
+    /// Hedges sent (on the timer, or released by a failure).
     pub hedges: u64,
+    /// Caller retries: requests started because the previous try of the
+    /// same backend request gave up.
+    pub caller_retries: u64,
+    /// Attempts that failed fast.
+    pub failed_attempts: u64,
     /// Backend busy time of every attempt, until answer or cancellation.
     pub busy_ns: u128,
     /// Per-second activity.
@@ -1049,9 +1190,16 @@ pub struct Outcome {
 }
 
 impl Outcome {
-    /// Hedges per backend request.
+    /// Hedges per backend request (per hedger request: caller retries are
+    /// requests too).
     pub fn extra_load(&self) -> f64 {
         self.hedges as f64 / self.requests.max(1) as f64
+    }
+
+    /// The share of user requests that failed.
+    pub fn failure_rate(&self) -> f64 {
+        let failed = self.users.iter().filter(|u| u.failed).count();
+        failed as f64 / self.users.len().max(1) as f64
     }
 
     /// Backend requests per second of virtual time.
@@ -1066,6 +1214,8 @@ impl Outcome {
         self.users.extend(other.users);
         self.requests += other.requests;
         self.hedges += other.hedges;
+        self.caller_retries += other.caller_retries;
+        self.failed_attempts += other.failed_attempts;
         self.busy_ns += other.busy_ns;
         if self.per_second.len() < other.per_second.len() {
             self.per_second
@@ -1084,6 +1234,7 @@ impl Outcome {
 enum Kind {
     Headers(u8),
     Answer(u8),
+    Fail(u8),
     Timer,
     Arrival,
 }
@@ -1109,6 +1260,9 @@ struct Sub<R> {
     user: usize,
     /// Which backend request of its user request (fan-out index).
     index: usize,
+    /// Which try of that backend request (0: the first; caller retries
+    /// after).
+    try_no: u32,
     attempts: [Live; 8],
     /// Replicas its attempts went to (bit mask, replicas 0..64).
     replicas_used: u64,
@@ -1131,6 +1285,8 @@ struct UserState {
     number: u64,
     target: u32,
     origin: DelayOrigin,
+    failed: bool,
+    retries: u32,
 }
 
 /// Keys of the keyed random streams.
@@ -1281,6 +1437,8 @@ impl<C: Client> Engine<'_, C> {
             number,
             target,
             origin: DelayOrigin::NoDelay,
+            failed: false,
+            retries: 0,
         };
         let user = match worker {
             Some(w) => {
@@ -1299,15 +1457,16 @@ impl<C: Client> Engine<'_, C> {
             },
         };
         for index in 0..self.workload.fanout {
-            self.start_sub(user, index, now);
+            self.start_sub(user, index, 0, now);
         }
     }
 
-    fn start_sub(&mut self, user: usize, index: usize, now: u64) {
+    /// Starts try `try_no` of backend request `index` of `user` at `now`.
+    fn start_sub(&mut self, user: usize, index: usize, try_no: u32, now: u64) {
         let target = self.users[user].target;
         let req = self.client.start(target, now);
         let delay = self.client.delay_ns(target, now);
-        if index == 0 {
+        if index == 0 && try_no == 0 {
             self.users[user].origin = self.client.delay_origin(&req);
         }
         self.out.requests += 1;
@@ -1318,6 +1477,7 @@ impl<C: Client> Engine<'_, C> {
             req,
             user,
             index,
+            try_no,
             attempts: [Live::default(); 8],
             replicas_used: 0,
             winner: None,
@@ -1351,17 +1511,21 @@ impl<C: Client> Engine<'_, C> {
         }
     }
 
-    /// The random stream of `attempt` of the request in `slot`, for `what`.
+    /// The random stream of `attempt` of the request in `slot`, for `what`
+    /// (a caller retry's tries draw anew; first tries keep the stream they
+    /// had before retries existed).
     fn keyed_rng(&self, slot: usize, attempt: u8, what: u64) -> Rng {
         let sub = self.slots[slot].sub.as_ref().expect("live slot");
         let number = self.users[sub.user].number;
-        Rng::keyed(&[
+        let parts = [
             what,
             self.seed,
             number,
             sub.index as u64,
             u64::from(attempt),
-        ])
+            u64::from(sub.try_no),
+        ];
+        Rng::keyed(if sub.try_no == 0 { &parts[..5] } else { &parts })
     }
 
     /// The replica `attempt` of the request in `slot` goes to.
@@ -1408,10 +1572,42 @@ impl<C: Client> Engine<'_, C> {
         if attempt == 0 && draw.slow {
             self.users[user].slow = true;
         }
+        if let Some(f) = draw.fail_ns {
+            self.push(now + f, slot, Kind::Fail(attempt));
+            return;
+        }
         if let Some(h) = draw.headers_ns {
             self.push(now + h, slot, Kind::Headers(attempt));
         }
         self.push(now + draw.answer_ns, slot, Kind::Answer(attempt));
+    }
+
+    /// Sends hedge `attempt` of the request in `slot` at `now`: to the
+    /// replica the routing picks, told to the client first.
+    fn send_hedge(&mut self, slot: usize, attempt: u8, now: u64) {
+        self.out.hedges += 1;
+        self.second(now).hedges += 1;
+        let replica = self.replica_for(slot, attempt);
+        let key = match self.workload.routing {
+            Routing::Spread => replica,
+            Routing::ToTarget => {
+                let sub = self.slots[slot].sub.as_ref().expect("live slot");
+                self.users[sub.user].target
+            }
+        };
+        let sub = self.slots[slot].sub.as_mut().expect("live slot");
+        self.client.route(&mut sub.req, attempt, key);
+        self.send(slot, attempt, replica, now);
+    }
+
+    /// The attempts of the request in `slot` still in flight (a mask).
+    fn live(&self, slot: usize) -> u8 {
+        let sub = self.slots[slot].sub.as_ref().expect("live slot");
+        sub.attempts
+            .iter()
+            .enumerate()
+            .filter(|(_, a)| a.live)
+            .fold(0, |m, (i, _)| m | (1 << i))
     }
 
     /// Stops `attempts` (a mask) at `now`: their backend time ends here.
@@ -1441,21 +1637,38 @@ impl<C: Client> Engine<'_, C> {
             Kind::Timer => {
                 let sub = self.slots[ev.slot].sub.as_mut().expect("live slot");
                 if let Some(a) = self.client.on_timer(&mut sub.req, now) {
-                    self.out.hedges += 1;
-                    self.second(now).hedges += 1;
-                    let replica = self.replica_for(ev.slot, a);
-                    let key = match self.workload.routing {
-                        Routing::Spread => replica,
-                        Routing::ToTarget => {
-                            let sub = self.slots[ev.slot].sub.as_ref().expect("live slot");
-                            self.users[sub.user].target
-                        }
-                    };
-                    let sub = self.slots[ev.slot].sub.as_mut().expect("live slot");
-                    self.client.route(&mut sub.req, a, key);
-                    self.send(ev.slot, a, replica, now);
+                    self.send_hedge(ev.slot, a, now);
                 }
                 self.arm(ev.slot, now);
+            }
+            Kind::Fail(a) => {
+                if !self.sub(ev.slot).attempts[usize::from(a)].live {
+                    return;
+                }
+                self.out.failed_attempts += 1;
+                self.cancel(ev.slot, 1 << a, now); // failed: its work ends
+                let in_flight = self.live(ev.slot);
+                let sub = self.slots[ev.slot].sub.as_mut().expect("live slot");
+                match self.client.on_failure(&mut sub.req, a, now, in_flight) {
+                    FailureAction::SendNow(b) => {
+                        self.send_hedge(ev.slot, b, now);
+                        self.arm(ev.slot, now);
+                    }
+                    FailureAction::Continue => {
+                        let sub = self.slots[ev.slot].sub.as_ref().expect("live slot");
+                        if in_flight == 0 && self.client.next_timer(&sub.req).is_none() {
+                            // Nothing in flight and nothing pending: the
+                            // request could never end otherwise.
+                            self.give_up_sub(ev.slot, now);
+                        } else {
+                            self.arm(ev.slot, now);
+                        }
+                    }
+                    FailureAction::GiveUp(cancel) => {
+                        self.cancel(ev.slot, cancel, now);
+                        self.give_up_sub(ev.slot, now);
+                    }
+                }
             }
             Kind::Headers(a) => {
                 let races_on = self.client.races_on();
@@ -1499,14 +1712,40 @@ impl<C: Client> Engine<'_, C> {
         }
     }
 
-    fn finish_sub(&mut self, slot: usize, now: u64) {
+    /// Frees the slot of a finished request; returns the request.
+    fn take_sub(&mut self, slot: usize) -> Sub<C::Req> {
         let s = &mut self.slots[slot];
         let sub = s.sub.take().expect("live slot");
         s.gen = s.gen.wrapping_add(1);
         // Attempts still running (none with our clients) keep running until
         // the backend answers; they are not charged beyond this point.
         self.free.push(slot);
-        let u = sub.user;
+        sub
+    }
+
+    /// The request in `slot` gave up at `now`: the caller retries it as a
+    /// new request if it has tries left, else its user request fails.
+    fn give_up_sub(&mut self, slot: usize, now: u64) {
+        let sub = self.take_sub(slot);
+        let next = sub.try_no + 1;
+        if next < self.workload.tries {
+            self.out.caller_retries += 1;
+            self.users[sub.user].retries += 1;
+            self.start_sub(sub.user, sub.index, next, now);
+        } else {
+            self.users[sub.user].failed = true;
+            self.end_sub(sub.user, now);
+        }
+    }
+
+    fn finish_sub(&mut self, slot: usize, now: u64) {
+        let sub = self.take_sub(slot);
+        self.end_sub(sub.user, now);
+    }
+
+    /// One backend request of user request `u` ended (answered or failed
+    /// for good) at `now`.
+    fn end_sub(&mut self, u: usize, now: u64) {
         let user = &mut self.users[u];
         user.remaining -= 1;
         if user.remaining == 0 {
@@ -1516,6 +1755,8 @@ impl<C: Client> Engine<'_, C> {
                 any_slow_primary: user.slow,
                 target: user.target,
                 origin: user.origin,
+                failed: user.failed,
+                retries: user.retries,
             });
             if self.open_loop {
                 self.free_users.push(u);
@@ -1548,11 +1789,13 @@ pub struct Quantiles {
     pub p999: f64,
 }
 
-/// The quantiles of `records` whose start lies in `[from, until)`.
+/// The quantiles of the successful `records` whose start lies in
+/// `[from, until)` (failed user requests are counted apart:
+/// [`Outcome::failure_rate`]).
 pub fn quantiles_between(records: &[UserRecord], from_ns: u64, until_ns: u64) -> Quantiles {
     let mut v: Vec<u64> = records
         .iter()
-        .filter(|r| (from_ns..until_ns).contains(&r.start_ns))
+        .filter(|r| !r.failed && (from_ns..until_ns).contains(&r.start_ns))
         .map(|r| r.latency_ns)
         .collect();
     v.sort_unstable();
@@ -1573,17 +1816,35 @@ pub fn quantiles_between(records: &[UserRecord], from_ns: u64, until_ns: u64) ->
     }
 }
 
-/// The quantiles of every record.
+/// The quantiles of every successful record.
 pub fn quantiles(records: &[UserRecord]) -> Quantiles {
     quantiles_between(records, 0, u64::MAX)
 }
 
+impl DelayOrigin {
+    /// Whether the delay came from measured latency (the target's own or
+    /// the aggregate's).
+    pub fn is_data_driven(self) -> bool {
+        matches!(self, Self::Data | Self::Aggregate)
+    }
+}
+
 /// The share of `records` starting at or after `from_ns` whose delay came
-/// from measured latency.
+/// from measured latency (the target's own or the aggregate's).
 pub fn data_driven_share(records: &[UserRecord], from_ns: u64) -> f64 {
+    origin_share(records, from_ns, DelayOrigin::is_data_driven)
+}
+
+/// The share of `records` starting at or after `from_ns` whose delay's
+/// origin passes `pick`.
+pub fn origin_share(
+    records: &[UserRecord],
+    from_ns: u64,
+    pick: impl Fn(DelayOrigin) -> bool,
+) -> f64 {
     let after = records.iter().filter(|r| r.start_ns >= from_ns);
     let (n, data) = after.fold((0u64, 0u64), |(n, d), r| {
-        (n + 1, d + u64::from(r.origin == DelayOrigin::Data))
+        (n + 1, d + u64::from(pick(r.origin)))
     });
     data as f64 / n.max(1) as f64
 }

@@ -8,6 +8,30 @@
 //! `--help` lists the scenarios and every flag with its default. Virtual
 //! time only: no sleeping, no threads; the same seed gives the same output.
 //!
+//! Scenarios (`--scenario NAME`, all of them by default, in this order):
+//! - `article`: 20 closed-loop workers on lognormal(5, 2) ms with 5 % of
+//!   attempts ×10; static, adaptive and Go-reference rows against the
+//!   published numbers, and the adaptive row with a 10 % budget and with a
+//!   fixed cap, to show what the default budget's headroom buys.
+//! - `drift`: the backend 3× slower for the middle third of the run.
+//! - `outage`: every attempt 10× slower for the middle third; per-second
+//!   hedges against what the default budget allows; an oracle row.
+//! - `streaming`: LLM time to first token, header vs first-token
+//!   calibration.
+//! - `fan-out`: each user request waits for n = 1, 10, 100 backends.
+//! - `low-rate`: 0.5 requests/s for 20 minutes: how often is the delay
+//!   data-driven?
+//! - `correlated`: 4 replicas with 50 ms stop-the-world pauses, hedges to
+//!   another replica; adaptive rows with the default and a 10 % budget,
+//!   and an oracle row.
+//! - `heavy-tail`: Pareto (α = 1.5) and bimodal backends; the delay against
+//!   the true quantile.
+//! - `step`: latency doubles at 30 s; how fast the delay follows.
+//! - `many-targets`: 16 targets, a hot key, a hedger with 4 table slots.
+//! - `failures`: 20 % of attempts fail fast; failures reported retryable
+//!   (the hedger sends the next attempt at once) vs fatal (the request
+//!   ends and the caller retries it), against caller retries alone.
+//!
 //! Published figures quoted here: the hedging idea and its headline numbers
 //! are from Dean & Barroso, "The Tail at Scale", CACM 56(2), 2013; the
 //! article table's *published* rows are the Go reference implementation's
@@ -26,7 +50,18 @@ use clap::{Parser, ValueEnum};
 use engine::{Quantiles, MS, SEC};
 use plot::{Chart, Scale, Series};
 use plotters::chart::SeriesLabelPosition;
-use scenarios::{Phased, Row, SweepPoint};
+use scenarios::{default_share, Phased, Row, SweepPoint};
+use tailguard::budget::RatioBudget;
+
+/// The default budget in words: "15 % ratio budget (a bank of the last
+/// second's earnings, at least 10 tokens)".
+fn default_budget() -> String {
+    format!(
+        "{} ratio budget (a bank of the last second's earnings, at least {} tokens)",
+        default_share(),
+        RatioBudget::DEFAULT_FLOOR_TOKENS
+    )
+}
 
 /// The Go reference implementation's published simulation results, for
 /// the article table (same backend model; its rows: p50, p90, p95, p99,
@@ -46,7 +81,10 @@ const REFERENCE: [(&str, [f64; 5], f64); 4] = [
 /// scenario-specific columns. "Oracle" rows are the best static delay of a
 /// sweep (16 delays from 1 ms to 200 ms, same budget as the adaptive row),
 /// chosen by p99.9 (ties by p99) on the same run: a bound no fixed setting
-/// beats on that run. The same seed gives the same output.
+/// beats on that run. Unless a row names its budget, our rows use the
+/// default, `RatioBudget::default()` (its share of traffic, with a bank of
+/// the last second's earnings); each scenario prints it. The same seed
+/// gives the same output.
 #[derive(Parser, Debug)]
 #[command(name = "simulate", version)]
 struct Args {
@@ -56,8 +94,9 @@ struct Args {
     /// Scale of the run: requests of the closed-loop scenarios (article,
     /// streaming; drift and outage phases, fan-out); the open-loop ones
     /// scale their virtual duration (correlated 30 s, heavy-tail 60 s,
-    /// many-targets 30 s at 50000; at least 5 s) and low-rate its number of
-    /// clients (10 at 50000; at least 2). step always runs 90 s.
+    /// many-targets 30 s, failures 30 s at 50000; at least 5 s) and
+    /// low-rate its number of clients (10 at 50000; at least 2). step
+    /// always runs 90 s.
     #[arg(long, value_name = "N", default_value_t = 50_000,
           value_parser = clap::value_parser!(u64).range(1..))]
     requests: u64,
@@ -80,12 +119,13 @@ enum Scenario {
     /// Every scenario below, in this order
     All,
     /// 20 closed-loop workers, lognormal(5, 2) ms, 5 % of attempts ×10;
-    /// static, adaptive and Go-reference rows against published numbers
+    /// static, adaptive and Go-reference rows against published numbers;
+    /// adaptive with a 10 % budget and with a fixed cap
     Article,
     /// The backend 3× slower for the middle third of the run
     Drift,
-    /// Every attempt 10× slower for the middle third; per-second budget
-    /// use; oracle row
+    /// Every attempt 10× slower for the middle third; per-second hedges
+    /// against the default budget's allowance; oracle row
     Outage,
     /// LLM time to first token: header vs first-token calibration
     Streaming,
@@ -95,7 +135,7 @@ enum Scenario {
     /// data-driven?
     LowRate,
     /// 4 replicas with 50 ms stop-the-world pauses; hedges to another
-    /// replica
+    /// replica; adaptive with the default and a 10 % budget, oracle row
     Correlated,
     /// Pareto (α = 1.5) and bimodal backends; delay vs the true quantile
     HeavyTail,
@@ -103,6 +143,9 @@ enum Scenario {
     Step,
     /// 16 targets, a hot key, a hedger with 4 table slots
     ManyTargets,
+    /// 20 % of attempts fail after ~1 ms, caller retries up to 3 tries:
+    /// failures reported retryable vs fatal
+    Failures,
 }
 
 impl Scenario {
@@ -143,7 +186,7 @@ fn main() -> ExitCode {
     let started = std::time::Instant::now();
     let note = |s: Scenario, what: String| eprintln!("[simulate] {}: {what} …", s.name());
     if run(Scenario::Article) {
-        note(Scenario::Article, format!("{n} requests × 7 strategies"));
+        note(Scenario::Article, format!("{n} requests × 8 strategies"));
         print_article(&scenarios::article(n, seed), n, &mut out);
     }
     if run(Scenario::Drift) {
@@ -220,6 +263,14 @@ fn main() -> ExitCode {
             run_ns,
             &mut out,
         );
+    }
+    if run(Scenario::Failures) {
+        let run_ns = scaled_ns(30, n);
+        note(
+            Scenario::Failures,
+            format!("{} s of virtual time, oracle sweep", run_ns / SEC),
+        );
+        print_failures(&scenarios::failures(run_ns, &sweep, seed), &mut out);
     }
     eprintln!(
         "[simulate] done in {:.1} s (wall clock)",
@@ -334,6 +385,12 @@ fn print_article(a: &scenarios::Article, n: u64, csv: &mut Output) {
         "## article: {n} requests, {} workers, lognormal(5 ms, 2 ms), 5 % of attempts ×10\n",
         scenarios::WORKERS
     );
+    println!(
+        "Our rows use the default {} unless named: *{} budget* is the same traffic-scaled bank at a {} share (hedging at p90 wants about 10 %: what the default's headroom buys shows in its denials and p99.9); *fixed cap* banks at most that many tokens whatever the traffic. The Go reference's budget is its own token bucket (10 % of its RPS guess per second).\n",
+        default_budget(),
+        scenarios::share_label(scenarios::TIGHT_SHARE_BPS),
+        scenarios::share_label(scenarios::TIGHT_SHARE_BPS),
+    );
     println!("| strategy | p50 | p90 | p95 | p99 | p99.9 | extra load | backend work |");
     println!("|---|---|---|---|---|---|---|---|");
     let none_work = a.rows[0].work_ms;
@@ -447,22 +504,31 @@ fn print_outage(p: &Phased, csv: &mut Output) {
     print_phases(p);
     if let Some(oracle) = p.rows.last().filter(|_| !p.sweep.is_empty()) {
         println!(
-            "- {}: chosen by whole-run p99.9 among {} static delays, same 10 % ratio budget",
+            "- {}: chosen by whole-run p99.9 among {} static delays, same default {}",
             oracle.name,
-            p.sweep.len()
+            p.sweep.len(),
+            default_budget()
         );
         print_sweep(&p.sweep);
         println!();
     }
     let ours = &p.rows[1];
     let go = &p.rows[2];
-    println!("Per second: our 10 % ratio budget allows 10 % of that second's requests plus at most 10 banked tokens;");
+    let budget = RatioBudget::default();
     println!(
-        "the Go reference's bucket allows its fixed rate (plus its burst) whatever the traffic.\n"
+        "Per second: our default {} allows {} of that second's requests (*earned*) plus the bank it started the second with (*banked*, at most: the cap of the last deposit before, max({} tokens, {} × the requests of that deposit's second or the one before), and no more than was earned and not spent); allowance = earned + banked.",
+        default_budget(),
+        default_share(),
+        budget.floor_units() / tailguard::budget::UNITS_PER_TOKEN,
+        default_share(),
     );
-    println!("| second | requests (ours) | hedges (ours) | allowance (ours) | delay ms (ours) | requests (Go) | hedges (Go) | allowance (Go) |");
+    println!(
+        "The Go reference's bucket allows its fixed rate (plus its burst) whatever the traffic.\n"
+    );
+    println!("| second | requests (ours) | hedges (ours) | allowance (ours): earned + banked | delay ms (ours) | requests (Go) | hedges (Go) | allowance (Go) |");
     println!("|---|---|---|---|---|---|---|---|");
     let go_rate = p.go_rps / 10;
+    let allowances = scenarios::allowances(&budget, &ours.outcome.per_second);
     for t in 0..ours
         .outcome
         .per_second
@@ -471,17 +537,14 @@ fn print_outage(p: &Phased, csv: &mut Output) {
     {
         let o = ours.outcome.per_second.get(t).copied().unwrap_or_default();
         let g = go.outcome.per_second.get(t).copied().unwrap_or_default();
-        let allowance = o.requests / 10;
+        let a = allowances.get(t).copied().unwrap_or_default();
         println!(
-            "| {t} | {} | {} | {}{} | {} | {} | {} | {go_rate} |",
+            "| {t} | {} | {} | {} = {} + {} | {} | {} | {} | {go_rate} |",
             o.requests,
             o.hedges,
-            allowance,
-            if o.hedges > allowance {
-                " + banked"
-            } else {
-                ""
-            },
+            a.tokens(),
+            a.earned_tokens(),
+            a.bank_tokens(),
             o.delay_ns.map_or("cold".to_owned(), |d| format!(
                 "{:.1}",
                 d as f64 / MS as f64
@@ -716,7 +779,7 @@ fn print_low_rate(l: &scenarios::LowRate, out: &mut Output) {
         scenarios::LOW_RATE_PER_SEC,
         scenarios::LOW_RATE_RUN_NS / SEC / 60,
     );
-    println!("Each client has its own hedger (default: p90, 20 samples before trusting the window, 30 s rotation, 10 % ratio budget); their requests are pooled. *Data-driven*: the share of requests after the first minute whose delay came from measured latency, not from a prior or cold start (no delay).\n");
+    println!("Each client has its own hedger (default: p90, 20 samples before trusting the window, 30 s rotation, {}); their requests are pooled. *Data-driven*: the share of requests after the first minute whose delay came from measured latency, not from a prior or cold start (no delay).\n", default_budget());
     println!("| strategy | requests | p50 | p90 | p99 | p99.9 | extra load | data-driven delay |");
     println!("|---|---|---|---|---|---|---|---|");
     for r in &l.rows {
@@ -753,16 +816,24 @@ fn print_correlated(c: &scenarios::Correlated, out: &mut Output) {
         p.pause_ns / MS,
         secs(p.mean_gap_ns),
     );
-    println!("Replica time paused: {}. Same arrivals and attempt draws in every row; default 10 % ratio budget.\n", pct(c.paused_share));
-    println!("| strategy | p50 | p90 | p99 | p99.9 | extra load | hedge wins |");
-    println!("|---|---|---|---|---|---|---|");
+    println!(
+        "Replica time paused: {}. Same arrivals and attempt draws in every row; default {} unless named (the oracle's too); the {} row has the same traffic-scaled bank at a {} share: what the default's headroom buys.\n",
+        pct(c.paused_share),
+        default_budget(),
+        scenarios::share_label(scenarios::TIGHT_SHARE_BPS),
+        scenarios::share_label(scenarios::TIGHT_SHARE_BPS),
+    );
+    println!("| strategy | p50 | p90 | p99 | p99.9 | extra load | hedge wins | budget denials |");
+    println!("|---|---|---|---|---|---|---|---|");
     for r in &c.rows {
+        let (wins, denials) = r.stats.map_or((String::new(), String::new()), |s| {
+            (s.hedge_wins.to_string(), s.budget_denials.to_string())
+        });
         println!(
-            "| {} | {} | {} | {} |",
+            "| {} | {} | {} | {wins} | {denials} |",
             r.name,
             tail_cells(&r.q),
             pct(r.extra_load),
-            r.stats.map_or(String::new(), |s| s.hedge_wins.to_string())
         );
     }
     println!();
@@ -776,14 +847,15 @@ fn print_correlated(c: &scenarios::Correlated, out: &mut Output) {
         "correlated: 4 replicas with 50 ms pauses, 1000 requests/s",
         &c.rows,
     );
-    plot_sweep(out, "correlated", &c.sweep, &[&c.rows[1]]);
+    plot_sweep(out, "correlated", &c.sweep, &[&c.rows[1], &c.rows[2]]);
 }
 
 fn print_heavy_tail(backends: &[scenarios::HeavyTail], run_ns: u64, out: &mut Output) {
     println!(
-        "## heavy-tail: Poisson {:.0} requests/s for {} s per backend; adaptive at q = 0.9 and 0.99, default 10 % ratio budget\n",
+        "## heavy-tail: Poisson {:.0} requests/s for {} s per backend; adaptive at q = 0.9 and 0.99, default {}\n",
         scenarios::HEAVY_PER_SEC,
-        run_ns / SEC
+        run_ns / SEC,
+        default_budget()
     );
     println!("*delay ÷ truth*: the hedger's delay at the end of the run over the true quantile of one attempt's latency ({} Monte Carlo draws of the model).\n", scenarios::TRUTH_DRAWS);
     for h in backends {
@@ -924,18 +996,20 @@ fn print_many_targets(m: &scenarios::ManyTargets, run_ns: u64, out: &mut Output)
         n - 1,
         pct(m.popularity.share(n - 1)),
     );
-    println!("Hedgers keyed by target (`Hedger<u32, Budget, T>`, least recently used target evicted when full), one shared 10 % ratio budget. *Data-driven*: requests whose delay came from that target's own measured latency.\n");
-    println!("| strategy | p50 | p90 | p99 | p99.9 | extra load | evictions | data-driven (hot key) | data-driven (other keys) |");
-    println!("|---|---|---|---|---|---|---|---|---|");
+    println!("Hedgers keyed by target (`Hedger<u32, Budget, T>`: when the table is full, a new target takes the slot of the least *frequently* used one, CLOCK-style), one shared default {}. A target whose own window is cold, or was evicted, gets the delay of the aggregate window of every target's samples. *Data-driven*: requests whose delay came from measured latency, the target's own or the aggregate's; *of which aggregate*: those whose delay came from the aggregate.\n", default_budget());
+    println!("| strategy | p50 | p90 | p99 | p99.9 | extra load | evictions | data-driven (hot key) | of which aggregate | data-driven (other keys) | of which aggregate |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|");
     for r in &m.rows {
         println!(
-            "| {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} |",
             r.name,
             tail_cells(&r.q),
             pct(r.extra_load),
             r.stats.map_or(String::new(), |s| s.evictions.to_string()),
             pct(m.data_driven(r, true)),
+            pct(m.aggregate_share(r, true)),
             pct(m.data_driven(r, false)),
+            pct(m.aggregate_share(r, false)),
         );
     }
     println!();
@@ -950,4 +1024,80 @@ fn print_many_targets(m: &scenarios::ManyTargets, run_ns: u64, out: &mut Output)
         &m.rows,
     );
     plot_sweep(out, "many-targets", &m.sweep, &[&m.rows[1], &m.rows[2]]);
+}
+
+fn print_failures(f: &scenarios::Failures, out: &mut Output) {
+    println!(
+        "## failures: Poisson {:.0} requests/s for {} s, lognormal(5 ms, 2 ms), 5 % of attempts ×10; {} of attempts (each independently) fail fast instead, after lognormal({}, {}) ms\n",
+        scenarios::FAILURES_PER_SEC,
+        f.run_ns / SEC,
+        pct(scenarios::FAIL_PROB),
+        scenarios::FAIL_AFTER_MS,
+        scenarios::FAIL_AFTER_MS / 5.0,
+    );
+    println!(
+        "A request the client gives up (every attempt failed, or a fatal failure) is retried by the caller as a new request, at once, up to {} tries in all; a user request's latency runs from its first try's start to its success, and it *fails* when its last try fails (latency quantiles are of the successful ones). Hedged rows: p90, default budget ({}), one hedge per request (per try). *Retryable*: a failure releases the next attempt at once, budget permitting; *fatal*: it ends the request (and cancels its other attempt). The oracle reports failures as retryable. *Hedges / user request* counts every hedge a user request's tries sent; *hedges / hedger request* is `HedgeStats::hedges_sent / requests` (each caller retry is a hedger request); *extra attempts / user request* adds the caller retries.\n",
+        scenarios::CALLER_TRIES,
+        scenarios::default_share(),
+    );
+    println!("| strategy | p50 | p90 | p99 | p99.9 | failed | caller retries / user request | hedges / user request | hedges / hedger request | extra attempts / user request | retries released | budget denials |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
+    for r in &f.rows {
+        let (released, denials) = r.stats.map_or((String::new(), String::new()), |s| {
+            (s.retries_released.to_string(), s.budget_denials.to_string())
+        });
+        println!(
+            "| {} | {} | {} | {} | {} | {} | {} | {released} | {denials} |",
+            r.name,
+            tail_cells(&r.q),
+            pct3(r.failure_rate()),
+            pct(r.retried_share()),
+            pct(r.hedges_per_user()),
+            pct(r.extra_load),
+            pct(r.extra_attempts_per_user()),
+        );
+    }
+    println!();
+    print_sweep(&f.sweep);
+    println!();
+    let mut csv = "strategy,users,p50_ms,p90_ms,p99_ms,p999_ms,failure_rate,caller_retries_per_user,hedges_per_user,hedges_per_request,extra_attempts_per_user,retries_released,budget_denials\n".to_owned();
+    for r in &f.rows {
+        let q = &r.q;
+        let (released, denials) = r
+            .stats
+            .map_or((0, 0), |s| (s.retries_released, s.budget_denials));
+        let _ = writeln!(
+            csv,
+            "\"{}\",{},{:.3},{:.3},{:.3},{:.3},{:.6},{:.5},{:.5},{:.5},{:.5},{released},{denials}",
+            r.name,
+            r.outcome.users.len(),
+            q.p50,
+            q.p90,
+            q.p99,
+            q.p999,
+            r.failure_rate(),
+            r.retried_share(),
+            r.hedges_per_user(),
+            r.extra_load,
+            r.extra_attempts_per_user(),
+        );
+    }
+    out.write("failures.csv", &csv);
+    out.write("failures_sweep.csv", &sweep_csv(&f.sweep));
+    plot_tail(
+        out,
+        "failures",
+        &format!(
+            "failures: {} of attempts fail fast, caller retries up to {} tries (successful requests)",
+            pct(scenarios::FAIL_PROB),
+            scenarios::CALLER_TRIES
+        ),
+        &f.rows,
+    );
+    plot_sweep(out, "failures", &f.sweep, &[&f.rows[1], &f.rows[2]]);
+}
+
+/// A share with three decimals, for small failure rates.
+fn pct3(x: f64) -> String {
+    format!("{:.3} %", 100.0 * x)
 }

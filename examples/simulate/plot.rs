@@ -193,9 +193,13 @@ impl Chart<'_> {
 
 /// The tail of a latency distribution as `(latency ms, 1 − F)` points, at
 /// 40 points a decade of 1 − F, from 1 down to 1/n: the tail gets as many
-/// points as the body.
+/// points as the body. Failed user requests are left out.
 pub fn survival(records: &[UserRecord]) -> Vec<(f64, f64)> {
-    let mut v: Vec<u64> = records.iter().map(|r| r.latency_ns).collect();
+    let mut v: Vec<u64> = records
+        .iter()
+        .filter(|r| !r.failed)
+        .map(|r| r.latency_ns)
+        .collect();
     v.sort_unstable();
     let n = v.len();
     if n == 0 {

@@ -5,12 +5,12 @@
 #![allow(dead_code)]
 
 use crate::engine::{
-    data_driven_share, poisson_pauses, quantiles, quantiles_between, simulate, Backend, Client,
-    GoReference, HeaderCalibrated, Latency, LogNormal, Ours, Outcome, Popularity, Quantiles,
-    Replica, Rng, Routing, Signal, UserRecord, Workload, MS, SEC,
+    data_driven_share, origin_share, poisson_pauses, quantiles, quantiles_between, simulate,
+    Backend, Client, DelayOrigin, GoReference, HeaderCalibrated, Latency, LogNormal, Ours, Outcome,
+    Popularity, Quantiles, Replica, Rng, Routing, Second, Signal, UserRecord, Workload, MS, SEC,
 };
-use tailguard::budget::{Budget, RatioBudget};
-use tailguard::hedge::{HedgeConfig, HedgeStats};
+use tailguard::budget::{Budget, RatioBudget, UNITS_PER_TOKEN};
+use tailguard::hedge::{Failure, HedgeConfig, HedgeStats};
 
 /// Concurrent workers in every scenario.
 pub const WORKERS: usize = 20;
@@ -44,6 +44,31 @@ impl Row {
             outcome,
         }
     }
+
+    /// The share of user requests that failed (every try of a backend
+    /// request failed).
+    pub fn failure_rate(&self) -> f64 {
+        self.outcome.failure_rate()
+    }
+
+    /// Caller retries per user request.
+    pub fn retried_share(&self) -> f64 {
+        self.outcome.caller_retries as f64 / self.outcome.users.len().max(1) as f64
+    }
+
+    /// Hedges per *user* request (a user request's caller retries are
+    /// hedger requests of their own: [`extra_load`](Self::extra_load) is
+    /// per hedger request).
+    pub fn hedges_per_user(&self) -> f64 {
+        self.outcome.hedges as f64 / self.outcome.users.len().max(1) as f64
+    }
+
+    /// Attempts sent per user request beyond the first: hedges and caller
+    /// retries.
+    pub fn extra_attempts_per_user(&self) -> f64 {
+        let users = self.outcome.users.len() as f64;
+        (self.outcome.requests + self.outcome.hedges) as f64 / users.max(1.0) - 1.0
+    }
 }
 
 fn row<C: Client>(
@@ -61,7 +86,10 @@ fn ours_row(name: &str, mut client: Ours, backend: &Backend, w: Workload, seed: 
     row(name, &mut client, backend, w, seed)
 }
 
-/// A client of ours with `config` and the default 10 % ratio budget.
+/// A client of ours with `config` and the default budget
+/// ([`RatioBudget::default`]: [`RatioBudget::DEFAULT_SHARE_BPS`] of traffic,
+/// a bank of the last second's earnings, at least
+/// [`RatioBudget::DEFAULT_FLOOR_TOKENS`] tokens).
 pub fn ours(config: HedgeConfig) -> Ours {
     ours_with(config, Budget::default(), Signal::Answer)
 }
@@ -78,7 +106,8 @@ pub fn no_hedging() -> HedgeConfig {
 }
 
 /// A static delay through our hedger: the prior is the delay, clamped to
-/// itself, and the window is never trusted. Same 10 % ratio budget.
+/// itself, and the window is never trusted. With [`ours`], the same
+/// default budget as the adaptive rows.
 pub fn static_delay(delay_ns: u64) -> HedgeConfig {
     HedgeConfig::DEFAULT
         .prior_delay_ns(delay_ns)
@@ -87,9 +116,117 @@ pub fn static_delay(delay_ns: u64) -> HedgeConfig {
         .min_samples(u64::MAX)
 }
 
-/// A ratio budget of `share_bps`, banking at most `max_tokens`.
-pub fn ratio(share_bps: u32, max_tokens: u32) -> Budget {
-    Budget::Ratio(RatioBudget::new(share_bps, max_tokens).expect("valid budget"))
+/// A ratio budget of `share_bps` with a **fixed** cap: it banks at most
+/// `max_tokens`, whatever the traffic ([`RatioBudget::fixed_cap`]).
+pub fn fixed_cap(share_bps: u32, max_tokens: u32) -> Budget {
+    Budget::Ratio(RatioBudget::fixed_cap(share_bps, max_tokens).expect("valid budget"))
+}
+
+/// A ratio budget of `share_bps` whose bank scales with traffic like the
+/// default's ([`RatioBudget::new`], floor
+/// [`RatioBudget::DEFAULT_FLOOR_TOKENS`]): the default with another share.
+pub fn traffic_scaled(share_bps: u32) -> Budget {
+    Budget::Ratio(
+        RatioBudget::new(share_bps, RatioBudget::DEFAULT_FLOOR_TOKENS).expect("valid budget"),
+    )
+}
+
+/// A share in basis points as the tables print it: `15 %`, `12.5 %`.
+pub fn share_label(bps: u32) -> String {
+    if bps.is_multiple_of(100) {
+        format!("{} %", bps / 100)
+    } else {
+        format!("{} %", f64::from(bps) / 100.0)
+    }
+}
+
+/// The default budget's share, as the tables print it.
+pub fn default_share() -> String {
+    share_label(RatioBudget::DEFAULT_SHARE_BPS)
+}
+
+/// The share of the "headroom" rows: what hedging at p90 needs, without
+/// the default's headroom.
+pub const TIGHT_SHARE_BPS: u32 = 1_000;
+
+/// The name of the adaptive row with a [`TIGHT_SHARE_BPS`] traffic-scaled
+/// budget.
+pub fn tight_row_name() -> String {
+    format!(
+        "adaptive p90 (ours, {} budget)",
+        share_label(TIGHT_SHARE_BPS)
+    )
+}
+
+/// The fixed cap of the article's fixed-cap row.
+pub const ARTICLE_FIXED_CAP: u32 = 100;
+
+/// What a ratio budget could grant in one second of a run, from the run's
+/// per-second counts: tokens earned by that second's requests, plus at
+/// most the bank it started the second with.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Allowance {
+    /// `share × requests` of the second, in budget units
+    /// ([`UNITS_PER_TOKEN`] a token).
+    pub earned_units: u64,
+    /// The most the bank can hold at the second's start, in units: the cap
+    /// the last deposit before it clipped to (a traffic-scaled cap is
+    /// `max(floor, share × max(n, n_before))` over the per-second request
+    /// counts of that deposit's second and the one before), and no more
+    /// than what was earned and not spent before.
+    pub bank_units: u64,
+}
+
+impl Allowance {
+    /// The most hedges the second could pay for.
+    pub fn tokens(&self) -> u64 {
+        (self.earned_units + self.bank_units) / UNITS_PER_TOKEN
+    }
+
+    /// The tokens earned in the second.
+    pub fn earned_tokens(&self) -> u64 {
+        self.earned_units / UNITS_PER_TOKEN
+    }
+
+    /// The bank at the second's start, at most, in whole tokens.
+    pub fn bank_tokens(&self) -> u64 {
+        self.bank_units / UNITS_PER_TOKEN
+    }
+}
+
+/// The allowance of `budget` (no reserve; a fixed cap, or a traffic-scaled
+/// bank whose window is one second, so that its windows are the run's
+/// seconds) in each second of a run of one shared budget, from the run's
+/// per-second requests (one deposit each) and hedges (one token each).
+pub fn allowances(budget: &RatioBudget, per_second: &[Second]) -> Vec<Allowance> {
+    assert!(
+        matches!(budget.bank_window_ns(), None | Some(SEC)),
+        "a bank window of one second (or a fixed cap)"
+    );
+    assert!(budget.reserve().is_none(), "no reserve");
+    let share = u64::from(budget.share_bps());
+    let cap = |n: u64, before: u64| match budget.bank_window_ns() {
+        None => budget.floor_units(),
+        Some(_) => budget.floor_units().max(share * n.max(before)),
+    };
+    let (mut earned, mut spent) = (0u64, 0u64);
+    // The cap of the latest deposit so far (the balance is at most that).
+    let mut last_cap = 0;
+    let mut out = Vec::with_capacity(per_second.len());
+    for (t, s) in per_second.iter().enumerate() {
+        let unspent = earned.saturating_sub(spent);
+        out.push(Allowance {
+            earned_units: share * s.requests,
+            bank_units: last_cap.min(unspent),
+        });
+        earned += share * s.requests;
+        spent += UNITS_PER_TOKEN * s.hedges;
+        if s.requests > 0 {
+            let before = t.checked_sub(1).map_or(0, |b| per_second[b].requests);
+            last_cap = cap(s.requests, before);
+        }
+    }
+    out
 }
 
 /// The article scenario's results.
@@ -130,8 +267,26 @@ pub fn article(requests: u64, seed: u64) -> Article {
             seed,
         ),
         ours_row(
-            "adaptive p90 (ours, cap 100 tokens)",
-            ours_with(HedgeConfig::DEFAULT, ratio(1_000, 100), Signal::Answer),
+            &tight_row_name(),
+            ours_with(
+                HedgeConfig::DEFAULT,
+                traffic_scaled(TIGHT_SHARE_BPS),
+                Signal::Answer,
+            ),
+            &backend,
+            w,
+            seed,
+        ),
+        ours_row(
+            &format!(
+                "adaptive p90 (ours, {}, fixed cap {ARTICLE_FIXED_CAP} tokens)",
+                default_share()
+            ),
+            ours_with(
+                HedgeConfig::DEFAULT,
+                fixed_cap(RatioBudget::DEFAULT_SHARE_BPS, ARTICLE_FIXED_CAP),
+                Signal::Answer,
+            ),
             &backend,
             w,
             seed,
@@ -247,7 +402,7 @@ pub fn outage(phase_ns: u64, sweep: &[u64], seed: u64) -> Phased {
     if !sweep.is_empty() {
         let setup = Setup::new(&backend, w, vec![seed]);
         let (best, sweep) = setup.oracle(|d| ours(static_delay(d)), sweep);
-        p.rows.push(best);
+        p.rows.extend(best);
         p.sweep = sweep;
     }
     p.true_p90_ms = p
@@ -301,7 +456,7 @@ pub fn streaming_config() -> HedgeConfig {
 pub fn streaming(requests: u64, seed: u64) -> Vec<Row> {
     let backend = Backend::streaming();
     let w = Workload::closed_loop(requests, WORKERS);
-    let full = || ratio(10_000, 100);
+    let full = || fixed_cap(10_000, 100);
     let period = HedgeConfig::DEFAULT.rotation_period_ns;
     vec![
         ours_row("no hedging", ours(no_hedging()), &backend, w, seed),
@@ -320,7 +475,10 @@ pub fn streaming(requests: u64, seed: u64) -> Vec<Row> {
             seed,
         ),
         ours_row(
-            "first-token calibrated, 10 % budget",
+            &format!(
+                "first-token calibrated, default budget ({})",
+                default_share()
+            ),
             ours_with(streaming_config(), Budget::default(), Signal::Answer),
             &backend,
             w,
@@ -363,10 +521,15 @@ impl FanOut {
     }
 }
 
-/// A ratio-budget cap that holds one round of fan-out deposits: every
-/// worker's `n` primaries at 10 % each (at least the default 10).
+/// A fixed cap that holds one round of fan-out deposits: every worker's
+/// `n` primaries at the default share each (at least
+/// [`RatioBudget::DEFAULT_MAX_TOKENS`]).
 pub fn fan_out_cap(n: usize) -> u32 {
-    ((WORKERS * n / 10) as u32).max(RatioBudget::DEFAULT_MAX_TOKENS)
+    let tokens =
+        WORKERS as u64 * n as u64 * u64::from(RatioBudget::DEFAULT_SHARE_BPS) / UNITS_PER_TOKEN;
+    u32::try_from(tokens)
+        .unwrap_or(u32::MAX)
+        .max(RatioBudget::DEFAULT_MAX_TOKENS)
 }
 
 /// Each user request fans out to `n` backends (1 % of attempts ×10) and
@@ -391,10 +554,14 @@ pub fn fan_out(widths: &[usize], backend_requests: u64, seed: u64) -> Vec<FanOut
             ];
             if fan_out_cap(n) > RatioBudget::DEFAULT_MAX_TOKENS {
                 rows.push(ours_row(
-                    &format!("adaptive p90 (ours, cap {} tokens)", fan_out_cap(n)),
+                    &format!(
+                        "adaptive p90 (ours, {}, fixed cap {} tokens)",
+                        default_share(),
+                        fan_out_cap(n)
+                    ),
                     ours_with(
                         HedgeConfig::DEFAULT,
-                        ratio(1_000, fan_out_cap(n)),
+                        fixed_cap(RatioBudget::DEFAULT_SHARE_BPS, fan_out_cap(n)),
                         Signal::Answer,
                     ),
                     &backend,
@@ -517,11 +684,12 @@ impl<'a> Setup<'a> {
     /// one's row (lowest p99.9, ties by p99), named `oracle static X ms
     /// (best of sweep)`, and the whole sweep. The delay is chosen and
     /// scored on the same runs: an optimistic bound for any static delay.
+    /// No row for an empty sweep.
     pub fn oracle<C: Client>(
         &self,
         make: impl Fn(u64) -> C,
         delays: &[u64],
-    ) -> (Row, Vec<SweepPoint>) {
+    ) -> (Option<Row>, Vec<SweepPoint>) {
         let mut best: Option<Row> = None;
         let mut sweep = Vec::with_capacity(delays.len());
         for &d in delays {
@@ -536,7 +704,7 @@ impl<'a> Setup<'a> {
                 best = Some(row);
             }
         }
-        (best.expect("a non-empty sweep"), sweep)
+        (best, sweep)
     }
 }
 
@@ -548,14 +716,19 @@ fn add_stats(a: Option<HedgeStats>, b: Option<HedgeStats>) -> Option<HedgeStats>
     };
     a.requests += b.requests;
     a.hedges_sent += b.hedges_sent;
+    a.retries_released += b.retries_released;
     a.hedge_wins += b.hedge_wins;
     a.primary_wins += b.primary_wins;
     a.budget_denials += b.budget_denials;
     a.cold_starts += b.cold_starts;
+    a.aggregate_delays += b.aggregate_delays;
     a.not_idempotent += b.not_idempotent;
     a.in_flight_limited += b.in_flight_limited;
+    a.leases_expired += b.leases_expired;
     a.gave_up += b.gave_up;
     a.samples += b.samples;
+    a.censored_samples += b.censored_samples;
+    a.samples_refused += b.samples_refused;
     a.evictions += b.evictions;
     a.clock_anomalies += b.clock_anomalies;
     Some(a)
@@ -622,7 +795,7 @@ pub fn low_rate(clients: usize, sweep: &[u64], seed: u64) -> LowRate {
         ),
     ];
     let (best, sweep) = setup.oracle(|d| ours(static_delay(d)), sweep);
-    rows.push(best);
+    rows.extend(best);
     LowRate {
         rows,
         sweep,
@@ -667,7 +840,7 @@ impl CorrelatedParams {
 pub struct Correlated {
     /// Its parameters.
     pub params: CorrelatedParams,
-    /// No hedging, adaptive (default), oracle.
+    /// No hedging, adaptive (default), adaptive (10 % budget), oracle.
     pub rows: Vec<Row>,
     /// The oracle's sweep.
     pub sweep: Vec<SweepPoint>,
@@ -702,9 +875,16 @@ pub fn correlated(params: CorrelatedParams, sweep: &[u64], seed: u64) -> Correla
         setup.run("adaptive p90 (ours, default)", || {
             ours(HedgeConfig::DEFAULT)
         }),
+        setup.run(&tight_row_name(), || {
+            ours_with(
+                HedgeConfig::DEFAULT,
+                traffic_scaled(TIGHT_SHARE_BPS),
+                Signal::Answer,
+            )
+        }),
     ];
     let (best, sweep) = setup.oracle(|d| ours(static_delay(d)), sweep);
-    rows.push(best);
+    rows.extend(best);
     let paused: u64 = backend
         .replicas
         .iter()
@@ -792,34 +972,47 @@ pub fn heavy_tail(run_ns: u64, sweep: &[u64], truth_draws: usize, seed: u64) -> 
     heavy_tail_backends()
         .into_iter()
         .map(|(name, model, backend)| {
-            let w = Workload::open_loop(HEAVY_PER_SEC, run_ns);
-            let setup = Setup::new(&backend, w, vec![seed]);
-            let qs = [0.9, 0.99];
-            let truths = backend.true_quantiles_ms(0, &qs, truth_draws, seed);
-            let mut rows = vec![setup.run("no hedging", || ours(no_hedging()))];
-            let mut truth = Vec::new();
-            for (&q, &true_ms) in qs.iter().zip(&truths) {
-                let label = format!("adaptive p{:.0} (ours)", q * 100.0);
-                let r = setup.run(&label, || ours(HedgeConfig::DEFAULT.quantile(q)));
-                truth.push(DelayVsTruth {
-                    row: label,
-                    q,
-                    delay_ns: r.outcome.final_delay_ns,
-                    true_ms,
-                });
-                rows.push(r);
-            }
-            let (best, sweep) = setup.oracle(|d| ours(static_delay(d)), sweep);
-            rows.push(best);
-            HeavyTail {
-                name,
-                model,
-                rows,
-                sweep,
-                truth,
-            }
+            heavy_tail_one(name, model, &backend, run_ns, sweep, truth_draws, seed)
         })
         .collect()
+}
+
+/// [`heavy_tail`] for one backend only.
+pub fn heavy_tail_one(
+    name: &'static str,
+    model: &'static str,
+    backend: &Backend,
+    run_ns: u64,
+    sweep: &[u64],
+    truth_draws: usize,
+    seed: u64,
+) -> HeavyTail {
+    let w = Workload::open_loop(HEAVY_PER_SEC, run_ns);
+    let setup = Setup::new(backend, w, vec![seed]);
+    let qs = [0.9, 0.99];
+    let truths = backend.true_quantiles_ms(0, &qs, truth_draws, seed);
+    let mut rows = vec![setup.run("no hedging", || ours(no_hedging()))];
+    let mut truth = Vec::new();
+    for (&q, &true_ms) in qs.iter().zip(&truths) {
+        let label = format!("adaptive p{:.0} (ours)", q * 100.0);
+        let r = setup.run(&label, || ours(HedgeConfig::DEFAULT.quantile(q)));
+        truth.push(DelayVsTruth {
+            row: label,
+            q,
+            delay_ns: r.outcome.final_delay_ns,
+            true_ms,
+        });
+        rows.push(r);
+    }
+    let (best, sweep) = setup.oracle(|d| ours(static_delay(d)), sweep);
+    rows.extend(best);
+    HeavyTail {
+        name,
+        model,
+        rows,
+        sweep,
+        truth,
+    }
 }
 
 // ---------------------------------------------------------------------------
@@ -958,16 +1151,25 @@ pub struct ManyTargets {
 
 impl ManyTargets {
     /// `row`'s share of requests (to the hot key if `hot`, to the others
-    /// otherwise) that got a delay from measured latency.
+    /// otherwise) that got a delay from measured latency (the target's own
+    /// or the aggregate's).
     pub fn data_driven(&self, row: &Row, hot: bool) -> f64 {
-        let users: Vec<UserRecord> = row
-            .outcome
+        data_driven_share(&Self::users(row, hot), 0)
+    }
+
+    /// `row`'s share of requests (to the hot key if `hot`, to the others
+    /// otherwise) whose delay came from the aggregate window.
+    pub fn aggregate_share(&self, row: &Row, hot: bool) -> f64 {
+        origin_share(&Self::users(row, hot), 0, |o| o == DelayOrigin::Aggregate)
+    }
+
+    fn users(row: &Row, hot: bool) -> Vec<UserRecord> {
+        row.outcome
             .users
             .iter()
             .filter(|u| (u.target == 0) == hot)
             .copied()
-            .collect();
-        data_driven_share(&users, 0)
+            .collect()
     }
 }
 
@@ -1002,9 +1204,93 @@ pub fn many_targets(run_ns: u64, sweep: &[u64], seed: u64) -> ManyTargets {
         }),
     ];
     let (best, sweep) = setup.oracle(|d| ours_keyed::<SLOTS>(static_delay(d)), sweep);
-    rows.push(best);
+    rows.extend(best);
     ManyTargets {
         popularity,
+        rows,
+        sweep,
+    }
+}
+
+// ---------------------------------------------------------------------------
+// failures: attempts that fail fast, and caller retries
+// ---------------------------------------------------------------------------
+
+/// Share of attempts that fail fast.
+pub const FAIL_PROB: f64 = 0.20;
+/// Mean time to a fast failure (ms); its standard deviation is a fifth.
+pub const FAIL_AFTER_MS: f64 = 1.0;
+/// Tries per user request: the first and up to two caller retries.
+pub const CALLER_TRIES: u32 = 3;
+/// The open-loop rate.
+pub const FAILURES_PER_SEC: f64 = 1_000.0;
+
+/// The failures scenario's results.
+#[derive(Clone, Debug)]
+pub struct Failures {
+    /// Run time.
+    pub run_ns: u64,
+    /// No hedging (caller retries only), adaptive with retryable failures,
+    /// adaptive with fatal failures, adaptive with retryable failures and
+    /// no budget limit, oracle (retryable).
+    pub rows: Vec<Row>,
+    /// The oracle's sweep.
+    pub sweep: Vec<SweepPoint>,
+}
+
+/// The failures backend: the article's (lognormal 5/2 ms, 5 % of attempts
+/// ×10), [`FAIL_PROB`] of attempts failing after about [`FAIL_AFTER_MS`].
+pub fn failures_backend() -> Backend {
+    Backend::article(0.05).with_fast_failures(
+        FAIL_PROB,
+        LogNormal::from_mean_sd(FAIL_AFTER_MS, FAIL_AFTER_MS / 5.0),
+    )
+}
+
+/// The diagnostic row: retryable failures, no budget limit (what the
+/// budget costs the retryable row).
+pub const UNLIMITED_RETRYABLE_ROW: &str =
+    "adaptive p90, failures retryable, no budget limit (ours)";
+
+/// The name of the row reporting failures as `failure`.
+pub fn failure_row_name(failure: Failure) -> &'static str {
+    match failure {
+        Failure::Retryable => "adaptive p90, failures retryable (ours)",
+        Failure::Fatal => "adaptive p90, failures fatal (ours)",
+    }
+}
+
+/// Open-loop load for `run_ns` on [`failures_backend`]; a request the
+/// client gives up is retried by the caller, up to [`CALLER_TRIES`] tries.
+/// Rows: no hedging (caller retries only); adaptive p90 (default budget)
+/// reporting failures as [`Failure::Retryable`] (the hedger releases the
+/// next attempt at once) and as [`Failure::Fatal`] (the request ends);
+/// retryable again with [`Budget::Unlimited`], to separate what the budget
+/// costs; the oracle static delay (retryable, default budget).
+pub fn failures(run_ns: u64, sweep: &[u64], seed: u64) -> Failures {
+    let backend = failures_backend();
+    let w = Workload::open_loop(FAILURES_PER_SEC, run_ns).tries(CALLER_TRIES);
+    let setup = Setup::new(&backend, w, vec![seed]);
+    let mut rows = vec![
+        setup.run("no hedging (caller retries only)", || ours(no_hedging())),
+        setup.run(failure_row_name(Failure::Retryable), || {
+            ours(HedgeConfig::DEFAULT).reporting(Failure::Retryable)
+        }),
+        setup.run(failure_row_name(Failure::Fatal), || {
+            ours(HedgeConfig::DEFAULT).reporting(Failure::Fatal)
+        }),
+        setup.run(UNLIMITED_RETRYABLE_ROW, || {
+            ours_with(HedgeConfig::DEFAULT, Budget::Unlimited, Signal::Answer)
+                .reporting(Failure::Retryable)
+        }),
+    ];
+    let (best, sweep) = setup.oracle(
+        |d| ours(static_delay(d)).reporting(Failure::Retryable),
+        sweep,
+    );
+    rows.extend(best);
+    Failures {
+        run_ns,
         rows,
         sweep,
     }
