@@ -286,16 +286,31 @@ fn budget_denial_stops_hedging_for_the_request() {
     assert_eq!(r.next_timer(), None);
     assert_eq!(h.stats().budget_denials, 1);
     assert_eq!(h.stats().hedges_sent, 0);
-    // A retryable failure asks the budget again, and is denied too: with
-    // nothing left in flight the request gives up.
+    // A retryable failure with nothing left in flight is a retry: it adds
+    // no concurrent load, so it needs no token.
     assert_eq!(
         h.on_failure(&mut r, Attempt::PRIMARY, at + MS, Failure::Retryable),
+        FailureOutcome::SendNow(Attempt(1))
+    );
+    let s = h.stats();
+    assert_eq!(
+        (s.budget_denials, s.hedges_sent, s.retries_released),
+        (1, 0, 1)
+    );
+    // Without retries, the request gives up.
+    let mut h: Hedger = Hedger::with_budget(
+        HedgeConfig::DEFAULT.prior_delay_ns(MS).max_retries(0),
+        Budget::Never,
+    )
+    .unwrap();
+    let mut r = h.start((), 0, IDEMPOTENT);
+    assert_eq!(
+        h.on_failure(&mut r, Attempt::PRIMARY, MS, Failure::Retryable),
         FailureOutcome::GiveUp {
             cancel: AttemptSet::EMPTY
         }
     );
-    let s = h.stats();
-    assert_eq!((s.budget_denials, s.hedges_sent, s.gave_up), (2, 0, 1));
+    assert_eq!(h.stats().gave_up, 1);
 }
 
 #[test]
@@ -457,24 +472,43 @@ fn failures_release_the_next_attempt_or_end_the_request() {
     let s = h.stats();
     assert_eq!((s.samples, s.censored_samples), (1, 0));
 
-    // A retryable failure before the hedge is due releases it now.
+    // A retryable failure with nothing else in flight is retried at once,
+    // and the retry can still be hedged one delay later.
     let mut r = h.start((), 10 * MS, IDEMPOTENT);
+    let t = 10 * MS + MS / 2;
     assert_eq!(
-        h.on_failure(
-            &mut r,
-            Attempt::PRIMARY,
-            10 * MS + MS / 2,
-            Failure::Retryable
-        ),
+        h.on_failure(&mut r, Attempt::PRIMARY, t, Failure::Retryable),
         FailureOutcome::SendNow(Attempt(1))
     );
-    assert_eq!(h.hedges_in_flight(11 * MS), 1);
-    assert_eq!(r.next_timer(), None); // max_hedges = 1: nothing more to send
-    let s = h.stats();
-    assert_eq!((s.hedges_sent, s.retries_released), (2, 1));
-    // It fails too, nothing is left to send or in flight: give up.
+    assert_eq!(h.hedges_in_flight(t), 0, "a retry is not a hedge");
+    assert_eq!(r.next_timer(), Some(t + MS));
     assert_eq!(
-        h.on_failure(&mut r, Attempt(1), 12 * MS, Failure::Retryable),
+        h.on_timer(&mut r, t + MS),
+        TimerAction::SendHedge(Attempt(2))
+    );
+    assert_eq!((r.hedges_sent(), r.retries_sent()), (1, 1));
+    // The hedge fails while the retry still races: its place is free, so
+    // another hedge races the retry at once.
+    assert_eq!(
+        h.on_failure(&mut r, Attempt(2), t + 2 * MS, Failure::Retryable),
+        FailureOutcome::SendNow(Attempt(3))
+    );
+    // The retry fails while that hedge races: one hedge at a time, so wait.
+    assert_eq!(
+        h.on_failure(&mut r, Attempt(1), t + 3 * MS, Failure::Retryable),
+        FailureOutcome::Continue
+    );
+    // The hedge fails too, nothing is in flight: the second retry.
+    assert_eq!(
+        h.on_failure(&mut r, Attempt(3), t + 4 * MS, Failure::Retryable),
+        FailureOutcome::SendNow(Attempt(4))
+    );
+    let s = h.stats();
+    assert_eq!((s.hedges_sent, s.retries_released), (3, 2));
+    assert_eq!((r.hedges_sent(), r.retries_sent()), (2, 2));
+    // Retries exhausted (two by default): give up.
+    assert_eq!(
+        h.on_failure(&mut r, Attempt(4), t + 5 * MS, Failure::Retryable),
         FailureOutcome::GiveUp {
             cancel: AttemptSet::EMPTY
         }
@@ -483,7 +517,7 @@ fn failures_release_the_next_attempt_or_end_the_request() {
         h.on_timer(&mut r, 20 * MS),
         TimerAction::Skip(NoHedge::Finished)
     );
-    assert_eq!(h.hedges_in_flight(12 * MS), 0);
+    assert_eq!(h.hedges_in_flight(16 * MS), 0);
 
     // A fatal failure ends the request and cancels the rest.
     let mut r = h.start((), 30 * MS, IDEMPOTENT);

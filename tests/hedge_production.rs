@@ -409,29 +409,28 @@ fn a_zero_delay_is_a_delay_and_reads_take_now() {
 #[test]
 fn a_retryable_failure_releases_the_next_attempt_now() {
     let mut h = unlimited(HedgeConfig::DEFAULT.prior_delay_ns(10 * MS));
+    // The primary fails fast: retried at once, not after the 10 ms delay.
     let mut r = h.start((), 0, IDEMPOTENT);
     assert_eq!(
         h.on_failure(&mut r, Attempt::PRIMARY, MS, Failure::Retryable),
         FailureOutcome::SendNow(Attempt(1))
     );
-    assert_eq!(
-        r.next_timer(),
-        None,
-        "one hedge allowed: nothing more is due"
-    );
-    // The released attempt failing too, with nothing left: give up.
-    assert!(matches!(
-        h.on_failure(&mut r, Attempt(1), 2 * MS, Failure::Retryable),
-        FailureOutcome::GiveUp { .. }
-    ));
-    // A fatal failure ends the request at once, cancelling the rest.
+    // The retry keeps the request's hedge, due one delay after it.
+    assert_eq!(r.next_timer(), Some(11 * MS));
+    // A hedge that fails while the primary is slow: the next hedge now.
+    let mut h = unlimited(HedgeConfig::DEFAULT.prior_delay_ns(10 * MS).max_hedges(2));
     let mut r = h.start((), 0, IDEMPOTENT);
     assert!(matches!(
         h.on_timer(&mut r, 10 * MS),
-        TimerAction::SendHedge(_)
+        TimerAction::SendHedge(Attempt(1))
     ));
     assert_eq!(
-        h.on_failure(&mut r, Attempt(1), 11 * MS, Failure::Fatal),
+        h.on_failure(&mut r, Attempt(1), 11 * MS, Failure::Retryable),
+        FailureOutcome::SendNow(Attempt(2))
+    );
+    // A fatal failure ends the request at once, cancelling the rest.
+    assert_eq!(
+        h.on_failure(&mut r, Attempt(2), 12 * MS, Failure::Fatal),
         FailureOutcome::GiveUp {
             cancel: tailguard::hedge::AttemptSet::EMPTY.with(Attempt::PRIMARY)
         }
@@ -442,18 +441,36 @@ fn a_retryable_failure_releases_the_next_attempt_now() {
         h.on_failure(&mut r, Attempt::PRIMARY, MS, Failure::Retryable),
         FailureOutcome::GiveUp { .. }
     ));
-    assert_eq!(h.stats().retries_released, 1);
+    assert_eq!(h.stats().retries_released, 0);
+    assert_eq!(h.stats().hedges_sent, 2);
 }
 
 #[test]
-fn a_retry_waits_for_budget_like_a_hedge() {
-    let mut h: Hedger =
-        Hedger::with_budget(HedgeConfig::DEFAULT.prior_delay_ns(MS), Budget::Never).unwrap();
+fn hedges_raced_after_a_failure_pay_the_budget_and_retries_are_bounded() {
+    let mut h: Hedger = Hedger::with_budget(
+        HedgeConfig::DEFAULT.prior_delay_ns(MS).max_hedges(2),
+        Budget::Never,
+    )
+    .unwrap();
     let mut r = h.start((), 0, IDEMPOTENT);
+    // Retries need no token: the failed attempt is over.
+    for attempt in 0..2 {
+        assert_eq!(
+            h.on_failure(&mut r, Attempt(attempt), MS, Failure::Retryable),
+            FailureOutcome::SendNow(Attempt(attempt + 1))
+        );
+    }
+    // The third failure: retries exhausted, the request gives up.
     assert!(matches!(
-        h.on_failure(&mut r, Attempt::PRIMARY, MS, Failure::Retryable),
+        h.on_failure(&mut r, Attempt(2), MS, Failure::Retryable),
         FailureOutcome::GiveUp { .. }
     ));
+    // Hedges need tokens, after a failure too.
+    let mut r = h.start((), 0, IDEMPOTENT);
+    assert_eq!(
+        h.on_timer(&mut r, MS),
+        TimerAction::Skip(NoHedge::BudgetDenied)
+    );
     assert_eq!(h.stats().budget_denials, 1);
 }
 

@@ -1036,11 +1036,11 @@ fn print_failures(f: &scenarios::Failures, out: &mut Output) {
         scenarios::FAIL_AFTER_MS / 5.0,
     );
     println!(
-        "A request the client gives up (every attempt failed, or a fatal failure) is retried by the caller as a new request, at once, up to {} tries in all; a user request's latency runs from its first try's start to its success, and it *fails* when its last try fails (latency quantiles are of the successful ones). Hedged rows: p90, default budget ({}), one hedge per request (per try). *Retryable*: a failure releases the next attempt at once, budget permitting; *fatal*: it ends the request (and cancels its other attempt). The oracle reports failures as retryable. *Hedges / user request* counts every hedge a user request's tries sent; *hedges / hedger request* is `HedgeStats::hedges_sent / requests` (each caller retry is a hedger request); *extra attempts / user request* adds the caller retries.\n",
+        "A request the client gives up (every attempt failed, or a fatal failure) is retried by the caller as a new request, at once, up to {} tries in all; a user request's latency runs from its first try's start to its success, and it *fails* when its last try fails (latency quantiles are of the successful ones). Hedged rows: p90, default budget ({}), one hedge per request (per try). *Retryable*: a failure sends a fresh attempt at once — a retry when nothing else is in flight (up to 2 per request, no budget token: it adds no concurrent load, and the retried request keeps its hedge), a hedge when another attempt still races (budget permitting); *fatal*: it ends the request (and cancels its other attempt). The oracle reports failures as retryable. *Duplicates / user request* counts every hedge and in-hedger retry a user request's tries sent; *per hedger request* is `(hedges_sent + retries_released) / requests` from `HedgeStats` (each caller retry is a hedger request); *extra attempts / user request* adds the caller retries.\n",
         scenarios::CALLER_TRIES,
         scenarios::default_share(),
     );
-    println!("| strategy | p50 | p90 | p99 | p99.9 | failed | caller retries / user request | hedges / user request | hedges / hedger request | extra attempts / user request | retries released | budget denials |");
+    println!("| strategy | p50 | p90 | p99 | p99.9 | failed | caller retries / user request | duplicates / user request | duplicates / hedger request | extra attempts / user request | retries in the hedger | budget denials |");
     println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
     for r in &f.rows {
         let (released, denials) = r.stats.map_or((String::new(), String::new()), |s| {

@@ -102,7 +102,8 @@ pub fn ours_with(config: HedgeConfig, budget: Budget, signal: Signal) -> Ours {
 
 /// No hedging: our hedger with `max_hedges(0)` (it still measures).
 pub fn no_hedging() -> HedgeConfig {
-    HedgeConfig::DEFAULT.max_hedges(0)
+    // No duplicate of any kind: retrying is left to the caller.
+    HedgeConfig::DEFAULT.max_hedges(0).max_retries(0)
 }
 
 /// A static delay through our hedger: the prior is the delay, clamped to

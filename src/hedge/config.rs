@@ -55,10 +55,21 @@ pub struct HedgeConfig {
     pub max_sample_ns: u64,
     /// Relative accuracy of the latency sketches. Default 0.01.
     pub relative_accuracy: f64,
-    /// Extra attempts per request, each one delay after the previous, each
-    /// paying the budget. Default 1, at most [`MAX_HEDGES`]; 0 disables
-    /// hedging (requests are still measured).
+    /// Hedges per request: extra attempts raced against the ones in
+    /// flight, each one delay after the previous, each paying the budget.
+    /// A hedge that fails (retryable) frees its place for another. Default
+    /// 1, at most [`MAX_HEDGES`]; 0 disables hedging (requests are still
+    /// measured).
     pub max_hedges: u8,
+    /// Retries per request: when an attempt fails with
+    /// [`Failure::Retryable`](super::Failure::Retryable) and no other
+    /// attempt is in flight, a replacement is sent at once, up to this many
+    /// times. A retry adds no concurrent load (the attempt it replaces is
+    /// over), so it draws no budget token and does not use up `max_hedges`:
+    /// the retried request can still be hedged. Default 2 (three tries, as
+    /// a caller's retry loop would make); 0 leaves retrying to the caller.
+    /// A request never sends more than 8 attempts in all.
+    pub max_retries: u8,
     /// A delay to use during cold start. Default `None`: no hedging until
     /// the window holds `min_samples` samples.
     pub prior_delay_ns: Option<u64>,
@@ -78,7 +89,8 @@ pub struct HedgeConfig {
 impl HedgeConfig {
     /// The documented defaults: p90, × 1.0, ≥ 1 ms, no cap, 20 samples,
     /// 30 s rotation or 1 000 samples, α = 1 %, samples up to 10 min, one
-    /// hedge, no prior, no in-flight cap (10 s lease), no deadline.
+    /// hedge, two retries of retryable failures, no prior, no in-flight cap
+    /// (10 s lease), no deadline.
     pub const DEFAULT: Self = Self {
         quantile: 0.90,
         delay_multiplier_permille: 1_000,
@@ -90,6 +102,7 @@ impl HedgeConfig {
         max_sample_ns: 600 * SEC,
         relative_accuracy: 0.01,
         max_hedges: 1,
+        max_retries: 2,
         prior_delay_ns: None,
         max_hedges_in_flight: None,
         in_flight_lease_ns: 10 * SEC,
@@ -159,6 +172,12 @@ impl HedgeConfig {
     /// Sets [`max_hedges`](Self::max_hedges).
     pub const fn max_hedges(mut self, n: u8) -> Self {
         self.max_hedges = n;
+        self
+    }
+
+    /// Sets [`max_retries`](Self::max_retries).
+    pub const fn max_retries(mut self, n: u8) -> Self {
+        self.max_retries = n;
         self
     }
 

@@ -127,10 +127,14 @@
 //!   cancelled; after `Won`/`GaveUp` → [`CommitOutcome::Late`]; for an
 //!   attempt never sent or already failed → [`CommitOutcome::Unknown`].
 //! * `on_failure` while `Racing`: [`Failure::Fatal`] → `GaveUp`;
-//!   [`Failure::Retryable`] → the next attempt is released now
-//!   ([`FailureOutcome::SendNow`]) if attempts, in-flight cap and budget
-//!   allow; otherwise the request waits for the attempts still in flight,
-//!   or gives up if none is.
+//!   [`Failure::Retryable`] → a fresh attempt is sent now
+//!   ([`FailureOutcome::SendNow`]) instead of after the delay: a *hedge* if
+//!   other attempts are still in flight (hedges left — a failed hedge frees
+//!   its place —, in-flight cap and budget permitting; otherwise the others
+//!   race on), a *retry* if none is
+//!   ([`HedgeConfig::max_retries`] permitting, no budget: it adds no
+//!   concurrent load; otherwise `GaveUp`). A retried request keeps its
+//!   hedges: the next one is due one delay after the retry.
 //! * Every event on a finished request changes nothing.
 
 mod config;
@@ -154,6 +158,17 @@ use in_flight::InFlight;
 use request::Phase;
 use stats::bump;
 use table::{Table, Target};
+
+/// What kind of extra attempt to send.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Extra {
+    /// Raced against attempts still in flight: counts against
+    /// `max_hedges`, the in-flight cap and the budget.
+    Hedge,
+    /// Replaces a failed attempt when none is left in flight: counts
+    /// against `max_retries` only (it adds no concurrent load).
+    Retry,
+}
 
 /// Where the budget lives.
 #[derive(Debug)]
@@ -264,6 +279,8 @@ impl<K: PartialEq + Copy, B: HedgeBudget, const T: usize, S: Store> Hedger<K, B,
             bump(&mut self.stats.not_idempotent);
             Plan::NoHedge(NoHedge::NotIdempotent)
         } else if self.config.max_hedges == 0 {
+            // Retries of retryable failures are still allowed.
+            request.hedgeable = true;
             Plan::NoHedge(NoHedge::Disabled)
         } else {
             request.hedgeable = true;
@@ -361,7 +378,7 @@ impl<K: PartialEq + Copy, B: HedgeBudget, const T: usize, S: Store> Hedger<K, B,
             let until = request.give_up_at.map_or(due, |g| g.min(due));
             return TimerAction::Wait { until };
         }
-        match self.send_next(request, now) {
+        match self.send_next(request, now, Extra::Hedge) {
             Ok(attempt) => TimerAction::SendHedge(attempt),
             Err(NoHedge::InFlightLimit) => {
                 // Look again one delay later (at least 1 ns, so a zero delay
@@ -377,41 +394,69 @@ impl<K: PartialEq + Copy, B: HedgeBudget, const T: usize, S: Store> Hedger<K, B,
         }
     }
 
-    /// Sends the next attempt of `request` at `now` if attempts, the
-    /// in-flight cap and the budget allow, and schedules the one after.
-    fn send_next(&mut self, request: &mut Request<K>, now: u64) -> Result<Attempt, NoHedge> {
+    /// Sends the next attempt of `request` at `now`, as a hedge (raced
+    /// against those in flight: hedges left, in-flight cap and budget
+    /// permitting) or as a retry (nothing left in flight: retries left
+    /// permitting), and schedules the next hedge one delay later.
+    fn send_next(
+        &mut self,
+        request: &mut Request<K>,
+        now: u64,
+        kind: Extra,
+    ) -> Result<Attempt, NoHedge> {
         if !request.hedgeable {
             return Err(match request.plan {
                 Plan::NoHedge(reason) => reason,
                 Plan::Hedge { .. } => NoHedge::Disabled,
             });
         }
-        if request.hedges_sent() >= u32::from(self.config.max_hedges) {
+        if usize::from(request.sent) >= request::MAX_ATTEMPTS {
             return Err(NoHedge::AttemptsExhausted);
         }
-        if self
-            .config
-            .max_hedges_in_flight
-            .is_some_and(|cap| self.in_flight.count(now) >= cap)
-        {
-            bump(&mut self.stats.in_flight_limited);
-            return Err(NoHedge::InFlightLimit);
-        }
-        if !self.acquire(request.target(), now) {
-            bump(&mut self.stats.budget_denials);
-            return Err(NoHedge::BudgetDenied);
+        match kind {
+            Extra::Hedge => {
+                if request.hedges >= self.config.max_hedges {
+                    return Err(NoHedge::AttemptsExhausted);
+                }
+                if self
+                    .config
+                    .max_hedges_in_flight
+                    .is_some_and(|cap| self.in_flight.count(now) >= cap)
+                {
+                    bump(&mut self.stats.in_flight_limited);
+                    return Err(NoHedge::InFlightLimit);
+                }
+                if !self.acquire(request.target(), now) {
+                    bump(&mut self.stats.budget_denials);
+                    return Err(NoHedge::BudgetDenied);
+                }
+            }
+            Extra::Retry => {
+                if request.retries >= self.config.max_retries {
+                    return Err(NoHedge::AttemptsExhausted);
+                }
+            }
         }
         let attempt = Attempt(request.sent);
         if let Some(slot) = request.sent_at.get_mut(attempt.index()) {
             *slot = now;
         }
         request.sent = request.sent.saturating_add(1);
-        self.in_flight.acquire(now);
-        bump(&mut self.stats.hedges_sent);
-        request.next_hedge_at = match request.delay_ns {
-            Some(d) if request.hedges_sent() < u32::from(self.config.max_hedges) => {
-                Some(now.saturating_add(d))
+        match kind {
+            Extra::Hedge => {
+                request.hedges = request.hedges.saturating_add(1);
+                request.hedge_attempts = request.hedge_attempts.with(attempt);
+                request.leased = request.leased.with(attempt);
+                self.in_flight.acquire(now);
+                bump(&mut self.stats.hedges_sent);
             }
+            Extra::Retry => {
+                request.retries = request.retries.saturating_add(1);
+                bump(&mut self.stats.retries_released);
+            }
+        }
+        request.next_hedge_at = match request.delay_ns {
+            Some(d) if request.hedges < self.config.max_hedges => Some(now.saturating_add(d)),
             _ => None,
         };
         Ok(attempt)
@@ -514,8 +559,10 @@ impl<K: PartialEq + Copy, B: HedgeBudget, const T: usize, S: Store> Hedger<K, B,
     }
 
     /// Forgets the hedges among `attempts` in the in-flight count.
-    fn release(&mut self, request: &Request<K>, attempts: AttemptSet) {
-        for a in attempts.without(Attempt::PRIMARY).iter() {
+    fn release(&mut self, request: &mut Request<K>, attempts: AttemptSet) {
+        let leased = request.leased;
+        for a in attempts.iter().filter(|&a| leased.contains(a)) {
+            request.leased = request.leased.without(a);
             if let Some(sent) = request.sent_at(a) {
                 self.in_flight.release(sent);
             }
@@ -536,8 +583,10 @@ impl<K: PartialEq + Copy, B: HedgeBudget, const T: usize, S: Store> Hedger<K, B,
 
     /// `attempt` of `request` failed (an error, not slowness) at `now`.
     /// Failures record no latency sample. A [`Failure::Retryable`] failure
-    /// releases the next attempt at once, budget permitting (gRPC's hedging
-    /// policy does the same); a [`Failure::Fatal`] one ends the request.
+    /// sends a fresh attempt at once — a hedge if others are in flight
+    /// (budget permitting; gRPC's hedging policy does the same), a retry if
+    /// none is (within [`HedgeConfig::max_retries`]) — and a
+    /// [`Failure::Fatal`] one ends the request. See the module docs.
     pub fn on_failure(
         &mut self,
         request: &mut Request<K>,
@@ -553,18 +602,26 @@ impl<K: PartialEq + Copy, B: HedgeBudget, const T: usize, S: Store> Hedger<K, B,
         }
         request.failed = request.failed.with(attempt);
         self.release(request, AttemptSet::EMPTY.with(attempt));
-        if failure == Failure::Retryable {
-            if let Ok(next) = self.send_next(request, now) {
-                bump(&mut self.stats.retries_released);
-                return FailureOutcome::SendNow(next);
-            }
+        if request.hedge_attempts.contains(attempt) {
+            // A failed hedge frees its place: the request may race another.
+            request.hedges = request.hedges.saturating_sub(1);
         }
-        if failure == Failure::Fatal || request.in_flight().is_empty() {
+        if failure == Failure::Fatal {
             return FailureOutcome::GiveUp {
                 cancel: self.give_up(request, now),
             };
         }
-        FailureOutcome::Continue
+        // Retryable: race a fresh attempt now rather than wait for the
+        // delay — a hedge if others are still in flight, a retry if not.
+        let racing = !request.in_flight().is_empty();
+        let kind = if racing { Extra::Hedge } else { Extra::Retry };
+        match self.send_next(request, now, kind) {
+            Ok(next) => FailureOutcome::SendNow(next),
+            Err(_) if racing => FailureOutcome::Continue,
+            Err(_) => FailureOutcome::GiveUp {
+                cancel: self.give_up(request, now),
+            },
+        }
     }
 
     /// The caller gives `request` up at `now` (its task was cancelled, its

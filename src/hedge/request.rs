@@ -283,7 +283,18 @@ pub struct Request<K> {
     /// on a timer.
     pub(crate) next_hedge_at: Option<u64>,
     pub(crate) give_up_at: Option<u64>,
+    /// Whether the caller allowed duplicates (idempotent): hedges and
+    /// retries alike.
     pub(crate) hedgeable: bool,
+    /// Hedges sent and not failed: what counts against `max_hedges` (a
+    /// hedge that failed frees its place for another).
+    pub(crate) hedges: u8,
+    /// Every hedge sent.
+    pub(crate) hedge_attempts: AttemptSet,
+    /// Retries sent (replacing a failed attempt when none was in flight).
+    pub(crate) retries: u8,
+    /// Hedges counted in the hedger's in-flight slots, not yet released.
+    pub(crate) leased: AttemptSet,
 }
 
 impl<K: Copy> Request<K> {
@@ -303,6 +314,10 @@ impl<K: Copy> Request<K> {
             next_hedge_at: None,
             give_up_at: None,
             hedgeable: false,
+            hedges: 0,
+            hedge_attempts: AttemptSet::EMPTY,
+            retries: 0,
+            leased: AttemptSet::EMPTY,
         }
     }
 
@@ -390,8 +405,14 @@ impl<K: Copy> Request<K> {
         self.delay_ns
     }
 
-    /// Hedges sent so far.
-    pub(crate) fn hedges_sent(&self) -> u32 {
-        u32::from(self.sent.saturating_sub(1))
+    /// Hedges sent so far (extra attempts raced against others in flight).
+    pub fn hedges_sent(&self) -> u32 {
+        self.hedge_attempts.len()
+    }
+
+    /// Retries sent so far (attempts that replaced a failed one when none
+    /// was left in flight).
+    pub fn retries_sent(&self) -> u8 {
+        self.retries
     }
 }

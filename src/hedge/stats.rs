@@ -5,26 +5,26 @@
 ///
 /// A *request* is one [`start`](super::Hedger::start): when the caller
 /// retries a failed request, the retry is a new request (and deposits into
-/// the budget again). So `hedges_sent / requests` is the extra load per
-/// hedger request; per client-visible operation it is
-/// `hedges_sent / (requests − caller retries)`.
+/// the budget again). Extra backend load per hedger request is
+/// `(hedges_sent + retries_released) / requests`; per client-visible
+/// operation, divide by `requests − caller retries` instead.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 #[non_exhaustive]
 pub struct HedgeStats {
     /// Requests started.
     pub requests: u64,
-    /// Extra attempts sent: on the hedge timer, and released early by a
-    /// retryable failure (`retries_released` of them).
+    /// Hedges sent: extra attempts raced against attempts in flight, on
+    /// the hedge timer or at once after a retryable failure of another.
     pub hedges_sent: u64,
-    /// Extra attempts released early by a retryable failure (also in
-    /// `hedges_sent`).
+    /// Retries sent: attempts that replaced one that failed (retryable)
+    /// when no other was in flight. Not in `hedges_sent`.
     pub retries_released: u64,
     /// Requests a hedge won.
     pub hedge_wins: u64,
     /// Requests the primary won.
     pub primary_wins: u64,
-    /// Extra attempts the budget refused.
+    /// Hedges the budget refused.
     pub budget_denials: u64,
     /// Requests started without a data-driven delay (no warm window: the
     /// prior applied, or nothing did).
