@@ -590,9 +590,10 @@ fn idle_gap_returns_to_cold_start() {
 #[test]
 fn targets_have_their_own_windows_and_the_table_evicts() {
     let mut h: Hedger<u32, Budget, 2> =
-        Hedger::with_budget(HedgeConfig::DEFAULT, Budget::Unlimited).unwrap();
-    // Target 1 is used twice as often as target 2, but less recently.
-    for (target, latency, n, t0) in [(1, 2 * MS, 100, 0), (2, 20 * MS, 50, 100 * MS)] {
+        Hedger::with_budget(HedgeConfig::DEFAULT.min_samples(5), Budget::Unlimited).unwrap();
+    // Target 1 is used twice as often as target 2, but less recently (use
+    // counts saturate at 15, so the test stays below).
+    for (target, latency, n, t0) in [(1, 2 * MS, 12, 0), (2, 20 * MS, 6, 100 * MS)] {
         for i in 0..n {
             let mut r = h.start(target, t0 + i, IDEMPOTENT);
             h.on_commit(&mut r, Attempt::PRIMARY, t0 + i + latency);
@@ -612,10 +613,10 @@ fn targets_have_their_own_windows_and_the_table_evicts() {
             source: DelaySource::Target
         }
     );
-    // A third target evicts the least frequently used (target 2), and,
+    // A third target evicts the less frequently used (target 2), and,
     // its own window being cold, gets the aggregate window's delay (as
-    // target 2's first 20 requests did).
-    assert_eq!(h.stats().aggregate_delays, 20);
+    // target 2's first 5 requests did).
+    assert_eq!(h.stats().aggregate_delays, 5);
     let r = h.start(3, now, IDEMPOTENT);
     assert!(
         matches!(
@@ -629,7 +630,7 @@ fn targets_have_their_own_windows_and_the_table_evicts() {
         r.plan()
     );
     let s = h.stats();
-    assert_eq!((s.evictions, s.aggregate_delays), (1, 21));
+    assert_eq!((s.evictions, s.aggregate_delays), (1, 6));
     assert!(h.window(&2).is_none());
     assert!(h.window(&1).is_some());
     assert_eq!(h.delay_ns(&1, now), Some(fast));
@@ -641,7 +642,7 @@ fn targets_have_their_own_windows_and_the_table_evicts() {
             ..
         }
     ));
-    assert_eq!(h.aggregate_window().count(), 150);
+    assert_eq!(h.aggregate_window().count(), 18);
     assert_eq!(h.targets(), 2);
     // Target 1 was last used at 99 ns, target 3 at 1 s.
     assert_eq!(h.evict_idle(now + MS, 500 * MS), 1);

@@ -8,6 +8,7 @@
 mod support;
 
 use proptest::prelude::*;
+use rand::{RngExt, SeedableRng};
 use support::{data_driven, race, run_request, Backend, MS, SEC};
 use tailguard::budget::{Budget, TokenBucket};
 use tailguard::hedge::{
@@ -312,6 +313,48 @@ fn a_hot_key_keeps_its_slot_among_cold_ones() {
         }
     }
     assert!(f64::from(own) / f64::from(hot) >= 0.95, "{own} of {hot}");
+}
+
+#[test]
+fn a_hot_key_keeps_its_slot_among_zipf_keys() {
+    // 16 targets: one at 50 %, fifteen sharing the rest ∝ 1/k; 4 slots.
+    let mut h: Hedger<u32, Budget, 4> =
+        Hedger::with_budget(HedgeConfig::DEFAULT, Budget::Unlimited).unwrap();
+    let mut b = Backend::lognormal(5.0, 0.5, 12);
+    let weights: Vec<f64> = (1..=15).map(|k| 1.0 / f64::from(k)).collect();
+    let total: f64 = weights.iter().sum();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(12);
+    let (mut hot, mut own) = (0, 0);
+    for i in 0..40_000u64 {
+        let key = if rng.random_bool(0.5) {
+            0
+        } else {
+            let mut x = rng.random::<f64>() * total;
+            1 + weights
+                .iter()
+                .position(|w| {
+                    x -= w;
+                    x < 0.0
+                })
+                .unwrap_or(14) as u32
+        };
+        let (plan, _) = run_request(&mut h, &mut b, key, i * MS);
+        if key == 0 && i > 2_000 {
+            hot += 1;
+            own += u32::from(matches!(
+                plan,
+                Plan::Hedge {
+                    source: DelaySource::Target,
+                    ..
+                }
+            ));
+        }
+    }
+    let share = f64::from(own) / f64::from(hot);
+    assert!(
+        share >= 0.95,
+        "the hot key used its own window on {share:.3} of its requests"
+    );
 }
 
 #[test]

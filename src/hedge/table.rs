@@ -12,9 +12,9 @@ pub(crate) struct Target<K, S: Store, B> {
     /// The caller time of the target's latest request (the latest given,
     /// not the largest: one far-future timestamp cannot pin it).
     pub(crate) last_used: u64,
-    /// A decayed request count: +1 a request, halved each time the
-    /// eviction hand passes over it.
-    hits: u32,
+    /// A recent-use count: +1 a request (at most [`MAX_HITS`]), −1 each
+    /// time the eviction hand passes over it.
+    hits: u8,
     /// The target's own budget, when budgets are per target.
     pub(crate) budget: Option<B>,
 }
@@ -30,7 +30,7 @@ impl<K, S: Store, B> Target<K, S, B> {
             key,
             window,
             last_used: now,
-            hits: 1,
+            hits: 0,
             budget,
         }
     }
@@ -38,17 +38,26 @@ impl<K, S: Store, B> Target<K, S, B> {
     /// Notes a request at `now`.
     pub(crate) fn touch(&mut self, now: u64) {
         self.last_used = now;
-        self.hits = self.hits.saturating_add(1);
+        if self.hits < MAX_HITS {
+            self.hits = self.hits.saturating_add(1);
+        }
     }
 }
 
+/// The most a slot's use count holds: a target that stops being used is
+/// evicted after at most this many passes of the hand.
+const MAX_HITS: u8 = 15;
+
 /// Up to `T` targets, found by a linear scan (faster than hashing for the
 /// handful of hosts a client talks to). When full, a new target replaces
-/// the least *frequently* used one, by CLOCK with decaying counts: a hand
-/// sweeps the slots, halving each count it passes, and takes the first slot
-/// at zero. A busy target keeps its slot while a stream of one-off targets
-/// churns through the others; no timestamp is involved, so no clock
-/// anomaly can pin an entry.
+/// a *rarely* used one, by CLOCK with small counts: each request adds one
+/// to its target's count (up to 15), a hand sweeps the slots taking one
+/// from each count it passes, and the first slot at zero is replaced. A
+/// busy target keeps its slot while one-off targets churn through the
+/// others — a count halved on every pass instead decayed faster than a key
+/// with half of all requests refilled it when misses came every other
+/// request —, and a target that goes quiet leaves within 15 passes. No
+/// timestamp is involved, so no clock anomaly can pin an entry.
 #[derive(Clone, Debug)]
 pub(crate) struct Table<K, S: Store, B, const T: usize> {
     targets: heapless::Vec<Target<K, S, B>, T>,
@@ -90,14 +99,15 @@ impl<K: PartialEq + Copy, S: Store, B, const T: usize> Table<K, S, B, T> {
         if len == 0 {
             return (usize::MAX, false); // T == 0: nothing can be stored
         }
-        // A count halves to zero within 33 passes: the sweep is bounded.
+        // Every count reaches zero within MAX_HITS + 1 passes: the sweep is
+        // bounded.
         let mut victim = self.hand.checked_rem(len).unwrap_or(0);
-        for _ in 0..len.saturating_mul(33) {
+        for _ in 0..len.saturating_mul(usize::from(MAX_HITS) + 1) {
             victim = self.hand.checked_rem(len).unwrap_or(0);
             self.hand = victim.wrapping_add(1).checked_rem(len).unwrap_or(0);
             match self.targets.get_mut(victim) {
                 Some(t) if t.hits == 0 => break,
-                Some(t) => t.hits >>= 1,
+                Some(t) => t.hits = t.hits.saturating_sub(1),
                 None => break,
             }
         }
