@@ -485,7 +485,7 @@ fn phased_csv(p: &Phased) -> String {
 fn print_drift(p: &Phased, csv: &mut Output) {
     let phase_s = p.phases[0].2 / SEC;
     println!(
-        "## drift: backend 3× slower from {phase_s} s to {} s (virtual), window rotation {} s\n",
+        "## drift: backend 3× slower from {phase_s} s to {} s (virtual); ours with the default rotation (1 000 samples or 30 s), the Go reference's every {} s\n",
         2 * phase_s,
         scenarios::FAST_ROTATION_NS / SEC
     );
@@ -497,7 +497,7 @@ fn print_drift(p: &Phased, csv: &mut Output) {
 fn print_outage(p: &Phased, csv: &mut Output) {
     let phase_s = p.phases[0].2 / SEC;
     println!(
-        "## outage: every attempt 10× slower from {phase_s} s to {} s (virtual), window rotation {} s\n",
+        "## outage: every attempt 10× slower from {phase_s} s to {} s (virtual); ours with the default rotation (1 000 samples or 30 s), the Go reference's every {} s\n",
         2 * phase_s,
         scenarios::FAST_ROTATION_NS / SEC
     );

@@ -346,8 +346,8 @@ impl Phased {
     }
 }
 
-/// The window rotation used by the drift and outage scenarios (the default
-/// 30 s would need minutes of virtual time per phase).
+/// The Go reference's rotation period in the drift and outage scenarios
+/// (its windows rotate on time alone; ours use the defaults).
 pub const FAST_ROTATION_NS: u64 = 2 * SEC;
 
 fn three_phases(phase_ns: u64, middle: &str) -> Vec<(String, u64, u64)> {
@@ -363,7 +363,7 @@ fn three_phases(phase_ns: u64, middle: &str) -> Vec<(String, u64, u64)> {
 pub fn drift(phase_ns: u64, seed: u64) -> Phased {
     let backend = Backend::article(0.05).with_slowdown(phase_ns, 2 * phase_ns, 3.0);
     let w = Workload::closed_loop(u64::MAX, WORKERS).until(3 * phase_ns);
-    let adaptive = HedgeConfig::DEFAULT.rotation_period_ns(FAST_ROTATION_NS);
+    let adaptive = HedgeConfig::DEFAULT;
     let rows = vec![
         ours_row("no hedging", ours(no_hedging()), &backend, w, seed),
         ours_row(
@@ -394,7 +394,7 @@ pub fn outage(phase_ns: u64, sweep: &[u64], seed: u64) -> Phased {
     let w = Workload::closed_loop(u64::MAX, WORKERS)
         .until(3 * phase_ns)
         .sample_every(SEC / 2);
-    let adaptive = HedgeConfig::DEFAULT.rotation_period_ns(FAST_ROTATION_NS);
+    let adaptive = HedgeConfig::DEFAULT;
     let rows = vec![
         ours_row("no hedging", ours(no_hedging()), &backend, w, seed),
         ours_row("adaptive p90 (ours)", ours(adaptive), &backend, w, seed),
@@ -1057,7 +1057,9 @@ pub struct Step {
 /// Open-loop load on the article backend; at `at_ns` ([`STEP_AT_NS`] in
 /// the example) every attempt
 /// becomes [`STEP_FACTOR`] times slower for the remaining `after_ns`.
-/// Adaptive rows: the default config (30 s rotation), and a 2 s rotation.
+/// Adaptive rows: the default config (rotation every 1 000 samples or
+/// 30 s), and rotation on the 30 s period alone (the window before it
+/// rotated on sample counts too).
 pub fn step(at_ns: u64, after_ns: u64, truth_draws: usize, seed: u64) -> Step {
     let end = at_ns + after_ns;
     let backend = Backend::article(0.05).with_slowdown(at_ns, u64::MAX, STEP_FACTOR);
@@ -1069,11 +1071,11 @@ pub fn step(at_ns: u64, after_ns: u64, truth_draws: usize, seed: u64) -> Step {
     });
     let rows = vec![
         setup.run("no hedging", || ours(no_hedging())),
-        setup.run("adaptive p90 (ours, default: 30 s rotation)", || {
+        setup.run("adaptive p90 (ours, default: 1 000 samples or 30 s)", || {
             ours(HedgeConfig::DEFAULT)
         }),
-        setup.run("adaptive p90 (ours, 2 s rotation)", || {
-            ours(HedgeConfig::DEFAULT.rotation_period_ns(FAST_ROTATION_NS))
+        setup.run("adaptive p90 (ours, 30 s rotation only)", || {
+            ours(HedgeConfig::DEFAULT.rotation_samples(u64::MAX))
         }),
     ];
     let tracking = rows[1..]
