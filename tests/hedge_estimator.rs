@@ -15,11 +15,13 @@
 //! primaries at "delay + hedge latency" as full samples settled 10 % low on
 //! Pareto at p99. Kaplan–Meier's product-limit estimate removes both.
 
+mod support;
+
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 use rand_distr::{Distribution, LogNormal, Pareto};
 use tailguard::budget::Budget;
-use tailguard::hedge::{Attempt, DelaySource, HedgeConfig, Hedger, Idempotency, Plan, TimerAction};
+use tailguard::hedge::{DelaySource, HedgeConfig, Hedger, Idempotency, Plan};
 
 const MS: f64 = 1e6;
 
@@ -93,27 +95,7 @@ fn mean_ratio(
                 n += 1;
             }
         }
-        let mut finish = vec![t + backend.draw(&mut rng)];
-        loop {
-            let (first, at) = finish
-                .iter()
-                .enumerate()
-                .min_by_key(|&(_, &f)| f)
-                .map(|(a, &f)| (a, f))
-                .unwrap();
-            match req.next_timer() {
-                Some(timer) if timer < at => {
-                    if let TimerAction::SendHedge(a) = hedger.on_timer(&mut req, timer) {
-                        assert_eq!(a.index(), finish.len());
-                        finish.push(timer + backend.draw(&mut rng));
-                    }
-                }
-                _ => {
-                    hedger.on_commit(&mut req, Attempt(first as u8), at);
-                    break;
-                }
-            }
-        }
+        support::race_with(&mut hedger, &mut req, t, || backend.draw(&mut rng));
     }
     assert!(n > 0, "never warm");
     sum / f64::from(n)

@@ -234,12 +234,7 @@ impl<M: IndexMapping, S: Store> LatencyWindow<M, S> {
         let gap = now.saturating_sub(self.last_seen);
         self.last_seen = now;
         if gap >= self.idle_ns() {
-            self.current.clear();
-            self.previous.clear();
-            self.current_count = 0;
-            self.count = 0;
-            self.current_exact = 0;
-            self.exact = 0;
+            self.empty();
             self.current_start = Some(now);
             self.refresh();
             return;
@@ -431,14 +426,19 @@ impl<M: IndexMapping, S: Store> LatencyWindow<M, S> {
         &self.previous.censored
     }
 
-    /// Empties both halves and forgets the time.
-    pub fn clear(&mut self) {
+    /// Empties both halves and their counts.
+    fn empty(&mut self) {
         self.current.clear();
         self.previous.clear();
         self.current_count = 0;
         self.count = 0;
         self.current_exact = 0;
         self.exact = 0;
+    }
+
+    /// Empties both halves and forgets the time.
+    pub fn clear(&mut self) {
+        self.empty();
         self.current_start = None;
         self.last_seen = 0;
         self.cached = None;

@@ -66,7 +66,19 @@ pub fn race<K: PartialEq + Copy, B: HedgeBudget, const T: usize, S: Store>(
     req: &mut Request<K>,
     t: u64,
 ) -> u64 {
-    let mut finish = vec![t + backend.draw()];
+    race_with(hedger, req, t, || backend.draw())
+}
+
+/// Races `req` (started at `t`) to its commit, each attempt taking
+/// `draw()` ns: hedges on the timer, the earliest answer wins. Returns the
+/// commit time.
+pub fn race_with<K: PartialEq + Copy, B: HedgeBudget, const T: usize, S: Store>(
+    hedger: &mut Hedger<K, B, T, S>,
+    req: &mut Request<K>,
+    t: u64,
+    mut draw: impl FnMut() -> u64,
+) -> u64 {
+    let mut finish = vec![t + draw()];
     loop {
         let (first, at) = finish
             .iter()
@@ -78,7 +90,7 @@ pub fn race<K: PartialEq + Copy, B: HedgeBudget, const T: usize, S: Store>(
             Some(timer) if timer < at => match hedger.on_timer(req, timer) {
                 TimerAction::SendHedge(a) => {
                     assert_eq!(a.index(), finish.len());
-                    finish.push(timer + backend.draw());
+                    finish.push(timer + draw());
                 }
                 TimerAction::GiveUp { .. } => return timer,
                 TimerAction::Wait { .. } | TimerAction::Skip(_) => {}
