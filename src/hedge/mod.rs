@@ -259,17 +259,22 @@ impl<K: PartialEq + Copy, B: HedgeBudget, const T: usize, S: Store> Hedger<K, B,
         let mut request = Request::new(target, now);
         request.give_up_at = self.config.deadline_ns.map(|d| now.saturating_add(d));
         let index = self.entry(target, now);
-        if let Some(entry) = self.table.get_mut(index) {
-            entry.touch(now);
-        }
-        match (
-            &self.budget,
-            self.table.get(index).and_then(|t| t.budget.as_ref()),
-        ) {
-            (BudgetScope::Shared(b), _) | (_, Some(b)) => b.on_request(now),
-            (BudgetScope::PerTarget(_), None) => {}
-        }
-        let delay = self.delay_at(Some(index), now);
+        // One look at the entry: note the request, deposit, read the delay.
+        let own = match self.table.get_mut(index) {
+            Some(entry) => {
+                entry.touch(now);
+                match (&self.budget, &entry.budget) {
+                    (BudgetScope::Shared(b), _) | (_, Some(b)) => b.on_request(now),
+                    (BudgetScope::PerTarget(_), None) => {}
+                }
+                estimate(&self.config, &entry.window, now)
+            }
+            None => None,
+        };
+        let delay = match own {
+            Some(d) => Some((d, DelaySource::Target)),
+            None => self.fallback_delay(now),
+        };
         match delay {
             Some((_, DelaySource::Target)) => {}
             Some((_, DelaySource::Aggregate)) => bump(&mut self.stats.aggregate_delays),
@@ -322,9 +327,15 @@ impl<K: PartialEq + Copy, B: HedgeBudget, const T: usize, S: Store> Hedger<K, B,
         let own = index
             .and_then(|i| self.table.get(i))
             .and_then(|t| estimate(&self.config, &t.window, now));
-        if let Some(d) = own {
-            return Some((d, DelaySource::Target));
+        match own {
+            Some(d) => Some((d, DelaySource::Target)),
+            None => self.fallback_delay(now),
         }
+    }
+
+    /// The delay for a target without a warm window of its own: the
+    /// aggregate window's if warm, else the prior.
+    fn fallback_delay(&self, now: u64) -> Option<(u64, DelaySource)> {
         if T > 1 {
             if let Some(d) = estimate(&self.config, &self.aggregate, now) {
                 return Some((d, DelaySource::Aggregate));

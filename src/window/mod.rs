@@ -32,7 +32,7 @@
 //! # Cost
 //! The window keeps a cached estimate of one quantile (the hedge delay),
 //! refreshed as samples arrive — whenever the samples added since the last
-//! refresh reach 1/64 of the window's count, and at every rotation — so
+//! refresh reach 1/32 of the window's count, and at every rotation — so
 //! reading it is a field load. A refresh is one pass over the occupied
 //! buckets of the four sketches, never over the empty keys between them.
 
@@ -47,7 +47,7 @@ use survival::Pair;
 const NANOS_PER_SEC: u64 = 1_000_000_000;
 
 /// Refresh the cached quantile once new samples reach `count / REFRESH_SHARE`.
-const REFRESH_SHARE: u64 = 64;
+const REFRESH_SHARE: u64 = 32;
 
 /// When a [`LatencyWindow`] rotates; see the module docs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -146,6 +146,8 @@ pub struct LatencyWindow<M: IndexMapping = CubicMapping, S: Store = CollapsingLo
     last_seen: u64,
     quantile: f64,
     cached: Option<f64>,
+    /// `cached` in whole nanoseconds, converted once per refresh.
+    cached_ns: Option<u64>,
     since_refresh: u64,
     rotations: u64,
     /// Samples in the current half and in both, kept as they change so
@@ -209,6 +211,7 @@ impl<M: IndexMapping, S: Store> LatencyWindow<M, S> {
             last_seen: 0,
             quantile,
             cached: None,
+            cached_ns: None,
             since_refresh: 0,
             rotations: 0,
             current_count: 0,
@@ -225,6 +228,7 @@ impl<M: IndexMapping, S: Store> LatencyWindow<M, S> {
     /// periods, rotates if the period has passed and the current half holds
     /// `min_samples`. A `now` before the current half's start restarts its
     /// period from `now`.
+    #[inline]
     pub fn advance(&mut self, now: u64) {
         let Some(start) = self.current_start else {
             self.current_start = Some(now);
@@ -313,6 +317,8 @@ impl<M: IndexMapping, S: Store> LatencyWindow<M, S> {
         self.since_refresh = 0;
         self.cached =
             survival::quantile([self.current.pair(), self.previous.pair()], self.quantile);
+        // `as` rounds down and saturates.
+        self.cached_ns = self.cached.map(|v| v as u64);
     }
 
     /// The cached quantile in nanoseconds (rounded down, saturating), `None`
@@ -320,7 +326,7 @@ impl<M: IndexMapping, S: Store> LatencyWindow<M, S> {
     /// [`quantile_at`](Self::quantile_at).
     #[inline]
     pub fn cached_quantile(&self) -> Option<u64> {
-        self.cached.map(|v| v as u64)
+        self.cached_ns
     }
 
     /// The cached quantile as the estimator reported it.
@@ -442,6 +448,7 @@ impl<M: IndexMapping, S: Store> LatencyWindow<M, S> {
         self.current_start = None;
         self.last_seen = 0;
         self.cached = None;
+        self.cached_ns = None;
         self.since_refresh = 0;
     }
 }
