@@ -42,10 +42,8 @@ fn hedge_paths(c: &mut Criterion) {
 
     // Every primary deposits a whole token (100 % share), so every request
     // hedges: the full path with the real budget. Each records the hedge's
-    // 1 ms exactly and the primary as censored at delay + 1 ms. With every
-    // primary cancelled, the tail is only ever seen censored and the
-    // estimate (a lower bound, the largest time seen) would climb by 1 ms at
-    // each refresh; the delay is pinned at 6 ms so the run is a steady state.
+    // 1 ms exactly and the primary as censored at delay + 1 ms; the delay is
+    // pinned at 6 ms so that every iteration takes the same path.
     let pinned = HedgeConfig::DEFAULT
         .min_delay_ns(6 * MS)
         .max_delay_ns(6 * MS);
