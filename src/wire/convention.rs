@@ -1,7 +1,9 @@
 //! Producer conventions of DataDog's protobuf format: what the γ on the wire
 //! means and which bucket a key names.
 
-use crate::mapping::{IndexMapping, LogApproximation, LogLikeMapping, MappingError};
+use crate::mapping::{
+    ExponentialMapping, IndexMapping, LogApproximation, LogLikeMapping, MappingError,
+};
 
 /// Whose conventions a DataDog `ddsketch.proto` message follows.
 ///
@@ -52,7 +54,9 @@ impl Convention {
 ///
 /// Implemented by the log-like mappings ([`LogarithmicMapping`](crate::mapping::LogarithmicMapping),
 /// [`CubicMapping`](crate::mapping::CubicMapping),
-/// [`LinearMapping`](crate::mapping::LinearMapping)).
+/// [`LinearMapping`](crate::mapping::LinearMapping)) and by
+/// [`ExponentialMapping`], which travels as an exact-logarithm mapping whose
+/// γ is its base.
 pub trait WireMapping: IndexMapping {
     /// The mapping that a message of `convention` describes.
     ///
@@ -105,5 +109,26 @@ impl<L: LogApproximation> WireMapping for LogLikeMapping<L> {
                 (1.0 + a) / (1.0 - a)
             }
         }
+    }
+}
+
+impl WireMapping for ExponentialMapping {
+    /// Accepts the γ of a scale in
+    /// [`MIN_SCALE`](ExponentialMapping::MIN_SCALE)`..=`[`MAX_SCALE`](ExponentialMapping::MAX_SCALE)
+    /// (within 10⁻⁹ of its logarithm) and index offset 0, under either
+    /// convention: both write the base itself for the exact logarithm.
+    fn from_wire(
+        gamma: f64,
+        index_offset: f64,
+        _convention: Convention,
+    ) -> Result<Self, MappingError> {
+        if index_offset != 0.0 {
+            return Err(MappingError::InvalidIndexOffset(index_offset));
+        }
+        ExponentialMapping::with_base(gamma).ok_or(MappingError::InvalidGamma(gamma))
+    }
+
+    fn wire_gamma(&self, _convention: Convention) -> f64 {
+        self.gamma()
     }
 }
