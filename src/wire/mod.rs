@@ -1,4 +1,5 @@
-//! Wire formats: ship a sketch to DataDog and read DataDog sketches back — into caller buffers, without
+//! Wire formats: ship a sketch to DataDog, an OpenTelemetry collector or
+//! Prometheus, and read DataDog sketches back — into caller buffers, without
 //! allocation.
 //!
 //! * DataDog's `ddsketch.proto` ([`encode_ddsketch`], [`decode_ddsketch`],
@@ -6,6 +7,13 @@
 //!   sketches-py and the Datadog agent exchange. Producers disagree on what
 //!   the mapping's `gamma` and the keys mean: decoding takes the producer's
 //!   [`Convention`].
+//! * OpenTelemetry's exponential histogram: a sketch over an
+//!   [`ExponentialMapping`](crate::mapping::ExponentialMapping) *is* one,
+//!   bucket for bucket; [`ExponentialHistogram`] reads it as a data point,
+//!   and [`encode_otlp_data_point`] / [`encode_otlp_metrics_request`] write
+//!   OTLP protobuf (the latter is an `ExportMetricsServiceRequest`, the body
+//!   of an OTLP/HTTP `POST /v1/metrics`). Prometheus ingests the same data
+//!   through its OTLP receiver as native histograms.
 //!
 //! Every encoder says how long its output is before writing it (an exact
 //! `*_len` function, and a `const fn` bound where the length depends only on
@@ -16,6 +24,8 @@
 mod convention;
 mod ddsketch;
 mod error;
+mod otel;
+mod otlp;
 mod protobuf;
 
 pub use convention::{Convention, WireMapping};
@@ -24,3 +34,8 @@ pub use ddsketch::{
     encode_ddsketch, DecodeReport,
 };
 pub use error::{DecodeError, EncodeError};
+pub use otel::{Buckets, ExponentialHistogram};
+pub use otlp::{
+    encode_otlp_data_point, encode_otlp_metrics_request, otlp_data_point_len,
+    otlp_data_point_max_len, otlp_metrics_request_len, OtlpMetric, OtlpPoint, Temporality,
+};

@@ -84,6 +84,12 @@ pub(crate) trait Sink {
         self.put(&v.to_le_bytes());
     }
 
+    /// Appends a `fixed64` field.
+    fn fixed64(&mut self, field: u32, v: u64) {
+        self.tag(field, I64);
+        self.put(&v.to_le_bytes());
+    }
+
     /// Appends a varint field (`uint32`, `uint64`, enums, zigzagged `sint32`).
     fn varint_field(&mut self, field: u32, v: u64) {
         self.tag(field, VARINT);
@@ -95,6 +101,12 @@ pub(crate) trait Sink {
     fn len_header(&mut self, field: u32, len: usize) {
         self.tag(field, LEN);
         self.varint(len as u64);
+    }
+
+    /// Appends a length-delimited field of bytes.
+    fn bytes_field(&mut self, field: u32, bytes: &[u8]) {
+        self.len_header(field, bytes.len());
+        self.put(bytes);
     }
 }
 
