@@ -789,3 +789,32 @@ fn our_bytes_decode_in_libdd_ddsketch_and_in_prost() {
         }
     }
 }
+
+/// Found by fuzzing: a γ of `f64::MAX` named scale −10 (whose base is
+/// infinite) or a mapping whose own γ rounds to infinity; what decodes
+/// must encode again.
+#[test]
+fn what_decodes_encodes_even_at_extreme_gammas() {
+    use tailguard::mapping::ExponentialMapping;
+    for gamma in [f64::MAX, f64::MAX / 2.0, 1e300, 1.0 + f64::EPSILON] {
+        for convention in [Convention::GoJava, Convention::Python] {
+            let mut msg = Vec::new();
+            len(&mut msg, 1, &mapping_msg(gamma, 0.0, 0));
+            let r: Result<(Signed<ExponentialMapping>, _), _> = decode_ddsketch(&msg, convention);
+            if let Ok((s, _)) = r {
+                assert!(ddsketch_encoded_len(&s, convention).is_ok(), "{gamma:e}");
+            }
+            let r: Result<(Signed<LogarithmicMapping>, _), _> = decode_ddsketch(&msg, convention);
+            if let Ok((s, _)) = r {
+                assert!(ddsketch_encoded_len(&s, convention).is_ok(), "{gamma:e}");
+            }
+        }
+    }
+    let mut msg = Vec::new();
+    len(&mut msg, 1, &mapping_msg(f64::MAX, 0.0, 0));
+    let r: Result<(Signed<ExponentialMapping>, _), _> = decode_ddsketch(&msg, Convention::GoJava);
+    assert!(matches!(
+        r,
+        Err(DecodeError::Mapping(MappingError::InvalidGamma(_)))
+    ));
+}

@@ -1,11 +1,12 @@
 //! DataDog protobuf decoding of arbitrary bytes: never a panic, and what
 //! decodes re-encodes (in the same convention) to bytes that decode to the
 //! same buckets. Decodes into a wide signed sketch, a small collapsing one
-//! and one without a negative store, in both producer conventions.
+//! and one without a negative store (and an OpenTelemetry-scale one), in
+//! both producer conventions.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use tailguard::mapping::{CubicMapping, LinearMapping, LogarithmicMapping};
+use tailguard::mapping::{CubicMapping, ExponentialMapping, LinearMapping, LogarithmicMapping};
 use tailguard::store::{CollapsingHighestStore, CollapsingLowestStore, NoStore, Store};
 use tailguard::wire::{
     ddsketch_encoded_len, decode_ddsketch, decode_ddsketch_into, encode_ddsketch, Convention,
@@ -41,10 +42,7 @@ fn round_trip<M: WireMapping, P: Store, N: Store>(bytes: &[u8], convention: Conv
     // error leaves the sketch alone.
     let mut twice = sketch.clone();
     if decode_ddsketch_into(&mut twice, bytes, convention).is_ok() {
-        assert_eq!(
-            twice.zero_count(),
-            sketch.zero_count().saturating_mul(2),
-        );
+        assert_eq!(twice.zero_count(), sketch.zero_count().saturating_mul(2),);
     } else {
         assert_eq!(twice.count(), sketch.count());
     }
@@ -58,5 +56,8 @@ fuzz_target!(|bytes: &[u8]| {
             bytes, convention,
         );
         round_trip::<LinearMapping, CollapsingLowestStore<64>, NoStore>(bytes, convention);
+        round_trip::<ExponentialMapping, CollapsingLowestStore<256>, CollapsingLowestStore<256>>(
+            bytes, convention,
+        );
     }
 });

@@ -137,7 +137,8 @@ impl ExponentialMapping {
         }
         let m = Self::new(s as i32)?;
         let ratio = libm::log(base) / m.inverse_factor;
-        ((ratio - 1.0).abs() <= 1e-9).then_some(m)
+        // Scale −10's base is infinite: no finite `base` names it.
+        ((ratio - 1.0).abs() <= 1e-9 && m.base.is_finite()).then_some(m)
     }
 
     /// The coarsest scale whose relative accuracy is at most

@@ -15,7 +15,7 @@ use super::protobuf::{
     Sink, SliceWriter, Value,
 };
 use super::{Convention, DecodeError, EncodeError, WireMapping};
-use crate::mapping::IndexMapping;
+use crate::mapping::{IndexMapping, MappingError};
 use crate::store::Store;
 use crate::DDSketch;
 
@@ -562,6 +562,11 @@ impl Scan {
             });
         }
         let mapping = M::from_wire(self.gamma, self.index_offset, convention)?;
+        // A γ so large that the mapping's own rounds to infinity could not
+        // be written back: refused, so that whatever decodes encodes.
+        if !mapping.wire_gamma(convention).is_finite() {
+            return Err(MappingError::InvalidGamma(self.gamma).into());
+        }
         let shift = convention.key_shift();
         if N::CAPACITY == 0 && self.negative.key_range(shift).is_some() {
             return Err(DecodeError::NegativeValues);
