@@ -93,6 +93,7 @@ mod sketch;
 pub mod store;
 mod sync;
 pub mod window;
+pub mod wire;
 
 pub use budget::{Budget, BudgetError, BudgetStats, HedgeBudget, RatioBudget, TokenBucket};
 pub use mapping::{CubicMapping, IndexMapping, LinearMapping, LogarithmicMapping, MappingError};

@@ -19,6 +19,7 @@
 //! wire format can interoperate.
 
 mod cubic;
+mod exponential;
 mod linear;
 mod logarithmic;
 
@@ -26,6 +27,7 @@ use core::fmt;
 use core::marker::PhantomData;
 
 pub use cubic::CubicLog;
+pub use exponential::ExponentialMapping;
 pub use linear::LinearLog;
 pub use logarithmic::NaturalLog;
 

@@ -1,0 +1,297 @@
+//! The base-2 exponential mapping of OpenTelemetry's exponential histograms
+//! and Prometheus' native histograms, bucket for bucket.
+
+use super::{IndexMapping, Interpolation, MappingError};
+use crate::FromRelativeAccuracy;
+use core::f64::consts::{LN_2, LOG2_E};
+
+/// OpenTelemetry's base-2 exponential buckets at a fixed scale, bucket for
+/// bucket, and Prometheus' native histogram buckets (schema = scale).
+///
+/// At scale `s` the base is `2^(2^-s)` and bucket `i` covers
+/// `(base^i, base^(i+1)]`: **upper-inclusive**, where the log-like mappings'
+/// buckets are `[lower, lower·γ)`. The two conventions differ only on the
+/// boundaries `base^i` themselves, and of those only the exact powers of two
+/// are floats at positive scales (`base^i` is irrational otherwise); at
+/// scales `<= 0` every boundary is a power of two. So the index starts from
+/// the float's bits, as the specification's reference does, and is exact
+/// wherever a boundary is a float:
+///
+/// * `v = 2^e · (1 + f)` with `e` and `f` read off the bits (subnormals
+///   normalised first);
+/// * an exact power of two (`f = 0`) is in bucket `e · 2^s − 1` (scales
+///   `>= 0`) or `(e − 1) >> −s` (scales `< 0`): the bucket it closes;
+/// * otherwise, at scales `<= 0`, `e >> −s`, exactly; at positive scales
+///   `e · 2^s + ⌊log2(1 + f) · 2^s⌋`, the fraction through `log1p`.
+///
+/// The last line is the one place where floating point decides: like the
+/// specification's `⌊ln(v) · 2^s / ln 2⌋` it may put a value within a few
+/// ulps of an irrational boundary in the neighbouring bucket, but its integer
+/// part is exact, so it is right for every power of two and their float
+/// neighbours (which the plain logarithm formula gets wrong at high scales),
+/// and never further than the specification allows (±1) from an SDK.
+///
+/// What upper-inclusive buckets cost: nothing on the add path (the power of
+/// two test is a mask on bits already in hand). [`lower_bound`](IndexMapping::lower_bound)
+/// returns `base^i`, the *excluded* lower boundary as OpenTelemetry defines
+/// it, so for a power of two it maps to the bucket below; a
+/// [`Collapsed::bound`](crate::Collapsed::bound) of a power of two is then
+/// itself in the collapsed bucket, whose representative is still within α of
+/// it (`base^(i−1)·(1+α) = base^i·(1−α)`).
+///
+/// The relative accuracy is `α = (base − 1)/(base + 1)`, the representative
+/// of bucket `i` is `base^i · (1 + α)`, and, as for every mapping, values in
+/// `[min_indexable_value, max_indexable_value]` come back within α:
+/// `(base^i·(1+α) − base^i)/base^i = α` at the open end and
+/// `(base^(i+1) − base^i·(1+α))/base^(i+1) = 1 − (1+α)/base = α` at the
+/// closed one.
+///
+/// | scale | base | α |
+/// |---|---|---|
+/// | 3 | 1.0905 | 4.3 % |
+/// | 5 | 1.0219 | 1.08 % |
+/// | 6 | 1.0109 | 0.54 % |
+/// | 8 (Prometheus' finest) | 1.0027 | 0.135 % |
+/// | 20 (OpenTelemetry's finest) | 1 + 6.6·10⁻⁷ | 3.3·10⁻⁷ |
+///
+/// ```
+/// use tailguard::mapping::{ExponentialMapping, IndexMapping};
+/// use tailguard::DDSketch;
+///
+/// let mapping = ExponentialMapping::new(5).expect("a valid scale");
+/// assert_eq!(mapping.index(1.0), -1); // (2^(-1/32), 1]: upper-inclusive
+/// assert_eq!(mapping.index(1.0f64.next_up()), 0);
+/// assert_eq!(mapping.index(2.0), 31);
+/// let mut sketch = DDSketch::<ExponentialMapping>::with_mapping(mapping);
+/// sketch.add(1500.0)?;
+/// # Ok::<(), tailguard::SketchError>(())
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ExponentialMapping {
+    scale: i32,
+    /// `2^s / ln 2`: keys per unit of `ln`.
+    scale_factor: f64,
+    /// `ln 2 / 2^s`.
+    inverse_factor: f64,
+    base: f64,
+    relative_accuracy: f64,
+    max_indexable: f64,
+}
+
+/// `2^52 − 1`: the mantissa bits.
+const MANTISSA: u64 = (1 << 52) - 1;
+
+impl ExponentialMapping {
+    /// The coarsest scale OpenTelemetry defines (base `2^1024`).
+    pub const MIN_SCALE: i32 = -10;
+    /// The finest scale OpenTelemetry defines (base `2^(2^-20)`).
+    pub const MAX_SCALE: i32 = 20;
+
+    /// The mapping at `scale`, or `None` outside
+    /// [`MIN_SCALE`](Self::MIN_SCALE)`..=`[`MAX_SCALE`](Self::MAX_SCALE).
+    ///
+    /// At scales −10 (base `2^1024`, infinite as an `f64`) and −9 the
+    /// relative accuracy rounds to 1: such mappings index, but promise
+    /// nothing.
+    pub fn new(scale: i32) -> Option<Self> {
+        if !(Self::MIN_SCALE..=Self::MAX_SCALE).contains(&scale) {
+            return None;
+        }
+        // Powers of two: exact.
+        let step = libm::scalbn(1.0, scale.wrapping_neg());
+        let scale_factor = libm::scalbn(LOG2_E, scale);
+        let inverse_factor = libm::scalbn(LN_2, scale.wrapping_neg());
+        let base = libm::exp2(step);
+        // tanh(ln(base) / 2) = (base − 1) / (base + 1), without the
+        // cancellation near base = 1.
+        let relative_accuracy = libm::tanh(inverse_factor / 2.0);
+        Some(Self {
+            scale,
+            scale_factor,
+            inverse_factor,
+            base,
+            relative_accuracy,
+            max_indexable: f64::MAX / (1.0 + relative_accuracy),
+        })
+    }
+
+    /// The mapping whose base is `base`, to within 10⁻⁹ of its logarithm:
+    /// what a DataDog-format `gamma` of an exact-logarithm mapping names.
+    /// `None` if no scale in range has that base.
+    ///
+    /// ```
+    /// use tailguard::mapping::ExponentialMapping;
+    /// let m = ExponentialMapping::with_base(2f64.sqrt()).unwrap();
+    /// assert_eq!(m.scale(), 1);
+    /// assert!(ExponentialMapping::with_base(1.5).is_none());
+    /// ```
+    pub fn with_base(base: f64) -> Option<Self> {
+        if !(base > 1.0 && base.is_finite()) {
+            return None;
+        }
+        // base = 2^(2^-s): s = −log2(log2(base)).
+        let t = -libm::log2(libm::log2(base));
+        let s = libm::round(t);
+        if !(f64::from(Self::MIN_SCALE)..=f64::from(Self::MAX_SCALE)).contains(&s) {
+            return None;
+        }
+        let m = Self::new(s as i32)?;
+        let ratio = libm::log(base) / m.inverse_factor;
+        // Scale −10's base is infinite: no finite `base` names it.
+        ((ratio - 1.0).abs() <= 1e-9 && m.base.is_finite()).then_some(m)
+    }
+
+    /// The coarsest scale whose relative accuracy is at most
+    /// `relative_accuracy`: scale 6 (α ≈ 0.54 %) for 1 %, 5 (α ≈ 1.08 %)
+    /// for 1.1 %.
+    ///
+    /// # Errors
+    /// [`MappingError::InvalidRelativeAccuracy`] unless `0 < α < 1` and some
+    /// scale up to 20 (α ≈ 3.3·10⁻⁷) is fine enough.
+    ///
+    /// ```
+    /// use tailguard::mapping::{ExponentialMapping, IndexMapping};
+    /// let m = ExponentialMapping::for_relative_accuracy(0.01)?;
+    /// assert_eq!(m.scale(), 6);
+    /// assert!(m.relative_accuracy() <= 0.01);
+    /// # Ok::<(), tailguard::MappingError>(())
+    /// ```
+    pub fn for_relative_accuracy(relative_accuracy: f64) -> Result<Self, MappingError> {
+        let a = relative_accuracy;
+        if !(a > 0.0 && a < 1.0) {
+            return Err(MappingError::InvalidRelativeAccuracy(a));
+        }
+        (Self::MIN_SCALE..=Self::MAX_SCALE)
+            .filter_map(Self::new)
+            .find(|m| m.relative_accuracy <= a)
+            .ok_or(MappingError::InvalidRelativeAccuracy(a))
+    }
+
+    /// The scale: `2^scale` buckets between consecutive powers of two.
+    pub fn scale(&self) -> i32 {
+        self.scale
+    }
+
+    /// The base `2^(2^-scale)`: each bucket's upper bound over its lower.
+    pub fn base(&self) -> f64 {
+        self.base
+    }
+}
+
+/// `(e, f)` with `v = 2^e · (1 + f · 2^-52)`, `f` in `[0, 2^52)`, for a
+/// positive finite `v`, subnormals included (their leading bit becomes the
+/// implicit one). Zero gives `(-1075, 0)`, which maps below every bucket.
+#[inline(always)]
+fn normalise(v: f64) -> (i32, u64) {
+    let bits = v.to_bits();
+    let raw_exponent = ((bits >> 52) & 0x7ff) as i32;
+    let fraction = bits & MANTISSA;
+    if raw_exponent != 0 {
+        return (raw_exponent.wrapping_sub(1023), fraction);
+    }
+    // Subnormal: `v = fraction · 2^-1074`, leading bit at `p` in 0..=51.
+    let p = 63i32.wrapping_sub(fraction.leading_zeros() as i32);
+    let shifted = fraction
+        .checked_shl(52u32.wrapping_sub(p as u32))
+        .unwrap_or(0);
+    (p.wrapping_sub(1074), shifted & MANTISSA)
+}
+
+impl IndexMapping for ExponentialMapping {
+    /// Travels in DataDog's format as an exact logarithm of γ = base.
+    const INTERPOLATION: Interpolation = Interpolation::None;
+
+    #[inline]
+    fn index(&self, value: f64) -> i32 {
+        let (e, f) = normalise(value);
+        let s = self.scale;
+        if s <= 0 {
+            let shift = s.unsigned_abs();
+            // An exact power of two closes the bucket below its exponent's.
+            let e = if f == 0 { e.wrapping_sub(1) } else { e };
+            return e.checked_shr(shift).unwrap_or(if e < 0 { -1 } else { 0 });
+        }
+        let shift = s.unsigned_abs();
+        let first = e.wrapping_shl(shift);
+        if f == 0 {
+            return first.wrapping_sub(1);
+        }
+        // log2(1 + f) · 2^s, in [0, 2^s): its floor is the sub-bucket.
+        let x = (f as f64) * (1.0 / (1u64 << 52) as f64);
+        let sub = libm::log1p(x) * self.scale_factor;
+        let last = (1i32 << shift).wrapping_sub(1);
+        // `as` saturates; the clamp covers rounding up to 2^s.
+        first.wrapping_add((sub as i32).clamp(0, last))
+    }
+
+    /// `base^index`: the bucket's lower boundary, which OpenTelemetry
+    /// excludes (see the module docs). Exact when it is a power of two.
+    fn lower_bound(&self, index: i32) -> f64 {
+        let s = self.scale;
+        if s <= 0 {
+            // 2^(index · 2^-s): an integer exponent, scalbn saturates.
+            let e = i64::from(index).saturating_mul(1i64 << s.unsigned_abs());
+            let e = e.clamp(-2000, 2000) as i32;
+            return libm::scalbn(1.0, e);
+        }
+        let shift = s.unsigned_abs();
+        let whole = index >> shift;
+        let part = index & ((1i32 << shift).wrapping_sub(1));
+        // `part / 2^s` is exact: a power-of-two scaling.
+        let fraction = libm::scalbn(f64::from(part), s.wrapping_neg());
+        libm::scalbn(libm::exp2(fraction), whole)
+    }
+
+    fn relative_accuracy(&self) -> f64 {
+        self.relative_accuracy
+    }
+
+    /// The base `2^(2^-scale)` (infinite at scale −10).
+    fn gamma(&self) -> f64 {
+        self.base
+    }
+
+    /// Always 0: bucket 0 is `(1, base]`.
+    fn index_offset(&self) -> f64 {
+        0.0
+    }
+
+    /// The smallest normal float: subnormals go to the zero bucket, as for
+    /// the other mappings ([`index`](Self::index) handles them all the
+    /// same, as the specification does).
+    fn min_indexable_value(&self) -> f64 {
+        f64::MIN_POSITIVE
+    }
+
+    /// `f64::MAX / (1 + α)`, so that every representative is finite.
+    fn max_indexable_value(&self) -> f64 {
+        self.max_indexable
+    }
+}
+
+impl FromRelativeAccuracy for ExponentialMapping {
+    /// [`ExponentialMapping::for_relative_accuracy`].
+    fn from_relative_accuracy(relative_accuracy: f64) -> Result<Self, MappingError> {
+        Self::for_relative_accuracy(relative_accuracy)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn normalise_reads_subnormals() {
+        assert_eq!(normalise(1.0), (0, 0));
+        assert_eq!(normalise(f64::from_bits(1)), (-1074, 0));
+        assert_eq!(normalise(f64::MIN_POSITIVE / 2.0), (-1023, 0));
+        assert_eq!(normalise(f64::from_bits(3)), (-1073, 1 << 51));
+    }
+
+    #[test]
+    fn scales_out_of_range_are_refused() {
+        assert!(ExponentialMapping::new(21).is_none());
+        assert!(ExponentialMapping::new(-11).is_none());
+        assert!(ExponentialMapping::new(-10).unwrap().gamma().is_infinite());
+    }
+}

@@ -1,0 +1,134 @@
+//! Producer conventions of DataDog's protobuf format: what the γ on the wire
+//! means and which bucket a key names.
+
+use crate::mapping::{
+    ExponentialMapping, IndexMapping, LogApproximation, LogLikeMapping, MappingError,
+};
+
+/// Whose conventions a DataDog `ddsketch.proto` message follows.
+///
+/// The format carries `gamma`, `indexOffset`, the interpolation and bucket
+/// keys, but producers disagree on what the first and the last mean:
+///
+/// | | keys | `gamma` written |
+/// |---|---|---|
+/// | [`GoJava`](Self::GoJava): sketches-go, sketches-java, libdd-ddsketch, this crate | `floor(log(v)·m + offset)` | the mapping's own γ: `2^(1/m)` for linear and cubic interpolation, `(1+α)/(1−α)` for none |
+/// | [`Python`](Self::Python): sketches-py, sketches-js | `ceil(log(v)·m) + offset`, so Go's key plus one | `(1+α)/(1−α)` for every interpolation |
+///
+/// (`m` is the multiplier: keys per unit of the approximated logarithm.)
+/// Both agree for the exact logarithm (interpolation `NONE`) on `gamma` but
+/// not on keys. Decoding with the wrong convention shifts every quantile by
+/// one bucket (about 2α) and, for interpolated mappings, rescales them: the
+/// bytes cannot tell, so the caller says. This crate's keys are Go's: a
+/// bucket is `[lower, lower·γ)`, and a Python key `k` is decoded as `k − 1`,
+/// which is the same bucket except for values exactly on a boundary (Python
+/// buckets are upper-inclusive), whose representative then stays within α.
+///
+/// ```
+/// use tailguard::wire::Convention;
+/// assert_eq!(Convention::default(), Convention::GoJava);
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum Convention {
+    /// DataDog's Go and Java libraries (sketches-go, sketches-java), the
+    /// Datadog agent's Rust `libdd-ddsketch`, and this crate.
+    #[default]
+    GoJava,
+    /// DataDog's Python and JavaScript libraries (sketches-py, sketches-js).
+    Python,
+}
+
+impl Convention {
+    /// What to add to a key of this convention to get this crate's key.
+    pub(crate) const fn key_shift(self) -> i64 {
+        match self {
+            Self::GoJava => 0,
+            Self::Python => -1,
+        }
+    }
+}
+
+/// A mapping that DataDog's protobuf format can carry: built from the
+/// wire's `gamma` and `indexOffset`, and written back as them.
+///
+/// Implemented by the log-like mappings ([`LogarithmicMapping`](crate::mapping::LogarithmicMapping),
+/// [`CubicMapping`](crate::mapping::CubicMapping),
+/// [`LinearMapping`](crate::mapping::LinearMapping)) and by
+/// [`ExponentialMapping`], which travels as an exact-logarithm mapping whose
+/// γ is its base.
+pub trait WireMapping: IndexMapping {
+    /// The mapping that a message of `convention` describes.
+    ///
+    /// # Errors
+    /// [`MappingError::InvalidGamma`] or
+    /// [`MappingError::InvalidIndexOffset`] when no mapping of this type has
+    /// these parameters.
+    fn from_wire(
+        gamma: f64,
+        index_offset: f64,
+        convention: Convention,
+    ) -> Result<Self, MappingError>;
+
+    /// The `gamma` a producer of `convention` writes for this mapping.
+    fn wire_gamma(&self, convention: Convention) -> f64;
+}
+
+impl<L: LogApproximation> WireMapping for LogLikeMapping<L> {
+    /// For [`Convention::Python`], `gamma` is `(1+α)/(1−α)`; the mapping's
+    /// own γ is `gamma^(1/c)` with `c` the approximation's
+    /// [`CORRECTING_FACTOR`](LogApproximation::CORRECTING_FACTOR) (so that
+    /// `with_gamma` recovers the same α), and exactly `gamma` for the
+    /// natural logarithm.
+    fn from_wire(
+        gamma: f64,
+        index_offset: f64,
+        convention: Convention,
+    ) -> Result<Self, MappingError> {
+        let own = match convention {
+            Convention::GoJava => gamma,
+            Convention::Python => {
+                if !(gamma > 1.0 && gamma.is_finite()) {
+                    return Err(MappingError::InvalidGamma(gamma));
+                }
+                if L::CORRECTING_FACTOR == 1.0 {
+                    gamma
+                } else {
+                    libm::exp(libm::log(gamma) / L::CORRECTING_FACTOR)
+                }
+            }
+        };
+        Self::with_gamma(own, index_offset)
+    }
+
+    fn wire_gamma(&self, convention: Convention) -> f64 {
+        match convention {
+            Convention::GoJava => self.gamma(),
+            Convention::Python => {
+                let a = self.relative_accuracy();
+                (1.0 + a) / (1.0 - a)
+            }
+        }
+    }
+}
+
+impl WireMapping for ExponentialMapping {
+    /// Accepts the γ of a scale in
+    /// [`MIN_SCALE`](ExponentialMapping::MIN_SCALE)`..=`[`MAX_SCALE`](ExponentialMapping::MAX_SCALE)
+    /// (within 10⁻⁹ of its logarithm) and index offset 0, under either
+    /// convention: both write the base itself for the exact logarithm.
+    fn from_wire(
+        gamma: f64,
+        index_offset: f64,
+        _convention: Convention,
+    ) -> Result<Self, MappingError> {
+        if index_offset != 0.0 {
+            return Err(MappingError::InvalidIndexOffset(index_offset));
+        }
+        ExponentialMapping::with_base(gamma).ok_or(MappingError::InvalidGamma(gamma))
+    }
+
+    fn wire_gamma(&self, _convention: Convention) -> f64 {
+        self.gamma()
+    }
+}

@@ -1,0 +1,843 @@
+//! DataDog's `ddsketch.proto`, encoded into and decoded from caller slices.
+//!
+//! ```text
+//! message DDSketch     { IndexMapping mapping = 1; Store positiveValues = 2;
+//!                        Store negativeValues = 3; double zeroCount = 4; }
+//! message IndexMapping { double gamma = 1; double indexOffset = 2;
+//!                        Interpolation interpolation = 3; }  // NONE LINEAR QUADRATIC CUBIC
+//! message Store        { map<sint32, double> binCounts = 1;
+//!                        repeated double contiguousBinCounts = 2 [packed = true];
+//!                        sint32 contiguousBinIndexOffset = 3; }
+//! ```
+
+use super::protobuf::{
+    len_field_len, packed_fixed64, tag_len, unzigzag32, varint_len, zigzag32, Counter, Reader,
+    Sink, SliceWriter, Value,
+};
+use super::{Convention, DecodeError, EncodeError, WireMapping};
+use crate::mapping::{IndexMapping, MappingError};
+use crate::store::Store;
+use crate::DDSketch;
+
+// Field numbers.
+const SKETCH_MAPPING: u32 = 1;
+const SKETCH_POSITIVE: u32 = 2;
+const SKETCH_NEGATIVE: u32 = 3;
+const SKETCH_ZERO_COUNT: u32 = 4;
+const MAPPING_GAMMA: u32 = 1;
+const MAPPING_OFFSET: u32 = 2;
+const MAPPING_INTERPOLATION: u32 = 3;
+const STORE_BIN_COUNTS: u32 = 1;
+const STORE_CONTIGUOUS: u32 = 2;
+const STORE_CONTIGUOUS_OFFSET: u32 = 3;
+const ENTRY_KEY: u32 = 1;
+const ENTRY_VALUE: u32 = 2;
+
+/// The largest encoding of a sketch whose stores hold at most
+/// `positive_capacity` and `negative_capacity` buckets (their
+/// [`Store::CAPACITY`]), in either [`Convention`]: a buffer this long always
+/// suffices for [`encode_ddsketch`].
+///
+/// About `8 · (positive_capacity + negative_capacity) + 60` bytes: each
+/// bucket of the occupied range is one packed `double`.
+///
+/// ```
+/// use tailguard::store::{CollapsingLowestStore, NoStore, Store};
+/// use tailguard::wire::ddsketch_max_encoded_len;
+///
+/// const MAX: usize =
+///     ddsketch_max_encoded_len(CollapsingLowestStore::<1024>::CAPACITY, NoStore::CAPACITY);
+/// assert_eq!(MAX, 8_235);
+/// let buffer = [0u8; MAX]; // enough for any default sketch
+/// # let _ = buffer;
+/// ```
+pub const fn ddsketch_max_encoded_len(positive_capacity: usize, negative_capacity: usize) -> usize {
+    // gamma (9) + indexOffset (9) + interpolation (2), in a 2-byte header.
+    let mapping = len_field_len(SKETCH_MAPPING, 20);
+    let zero_count = tag_len(SKETCH_ZERO_COUNT).saturating_add(8);
+    mapping
+        .saturating_add(zero_count)
+        .saturating_add(max_store_len(SKETCH_POSITIVE, positive_capacity))
+        .saturating_add(max_store_len(SKETCH_NEGATIVE, negative_capacity))
+}
+
+/// The largest `Store` field of `capacity` buckets (0: omitted).
+const fn max_store_len(field: u32, capacity: usize) -> usize {
+    if capacity == 0 {
+        return 0;
+    }
+    // The offset's zigzag varint takes at most 5 bytes.
+    let body = store_body_len(capacity, u32::MAX as u64);
+    len_field_len(field, body)
+}
+
+/// A `Store` body: `n` packed doubles and the zigzagged offset `offset`.
+const fn store_body_len(n: usize, zigzag_offset: u64) -> usize {
+    let doubles = n.saturating_mul(8);
+    let offset = if zigzag_offset == 0 {
+        0
+    } else {
+        tag_len(STORE_CONTIGUOUS_OFFSET).saturating_add(varint_len(zigzag_offset))
+    };
+    len_field_len(STORE_CONTIGUOUS, doubles).saturating_add(offset)
+}
+
+/// What one store contributes: its occupied key range, shifted.
+#[derive(Clone, Copy)]
+struct StorePlan {
+    /// The first key, in this crate's convention.
+    low: i32,
+    /// Keys in the range.
+    len: usize,
+    /// The first key as the consumer's convention writes it.
+    wire_offset: i32,
+}
+
+impl StorePlan {
+    fn of<S: Store>(store: &S, convention: Convention) -> Result<Option<Self>, EncodeError> {
+        let Some((low, high)) = store.key_range() else {
+            return Ok(None);
+        };
+        // Consumers add the shift: subtract it going out.
+        let shifted = i64::from(low).saturating_sub(convention.key_shift());
+        let high_shifted = i64::from(high).saturating_sub(convention.key_shift());
+        let wire_offset =
+            i32::try_from(shifted).map_err(|_| EncodeError::KeyOutOfRange(shifted))?;
+        i32::try_from(high_shifted).map_err(|_| EncodeError::KeyOutOfRange(high_shifted))?;
+        let span = i64::from(high)
+            .saturating_sub(i64::from(low))
+            .saturating_add(1);
+        let len = usize::try_from(span).map_err(|_| EncodeError::KeyOutOfRange(span))?;
+        Ok(Some(Self {
+            low,
+            len,
+            wire_offset,
+        }))
+    }
+
+    fn body_len(&self) -> usize {
+        store_body_len(self.len, zigzag32(self.wire_offset))
+    }
+
+    fn write<S: Store, K: Sink>(&self, field: u32, store: &S, sink: &mut K) {
+        sink.len_header(field, self.body_len());
+        sink.len_header(STORE_CONTIGUOUS, self.len.saturating_mul(8));
+        let mut key = self.low;
+        for _ in 0..self.len {
+            sink.put(&f64::from(store.count_of(key)).to_le_bytes());
+            key = key.saturating_add(1);
+        }
+        if self.wire_offset != 0 {
+            sink.varint_field(STORE_CONTIGUOUS_OFFSET, zigzag32(self.wire_offset));
+        }
+    }
+}
+
+/// Everything an encoding needs, checked.
+struct Plan {
+    gamma: f64,
+    index_offset: f64,
+    interpolation: u64,
+    positive: Option<StorePlan>,
+    negative: Option<StorePlan>,
+    zero_count: f64,
+}
+
+impl Plan {
+    fn of<M: WireMapping, P: Store, N: Store>(
+        sketch: &DDSketch<M, P, N>,
+        convention: Convention,
+    ) -> Result<Self, EncodeError> {
+        let gamma = sketch.mapping().wire_gamma(convention);
+        if !gamma.is_finite() {
+            return Err(EncodeError::UnencodableMapping(gamma));
+        }
+        Ok(Self {
+            gamma,
+            index_offset: sketch.mapping().index_offset(),
+            interpolation: M::INTERPOLATION as u64,
+            positive: StorePlan::of(sketch.positive_store(), convention)?,
+            negative: StorePlan::of(sketch.negative_store(), convention)?,
+            zero_count: sketch.zero_count() as f64,
+        })
+    }
+
+    fn mapping_body_len(&self) -> usize {
+        // Each term is at most 11 bytes.
+        let gamma = tag_len(MAPPING_GAMMA).wrapping_add(8);
+        let offset = if self.index_offset != 0.0 {
+            tag_len(MAPPING_OFFSET).wrapping_add(8)
+        } else {
+            0
+        };
+        let interpolation = if self.interpolation != 0 {
+            tag_len(MAPPING_INTERPOLATION).wrapping_add(varint_len(self.interpolation))
+        } else {
+            0
+        };
+        gamma.wrapping_add(offset).wrapping_add(interpolation)
+    }
+
+    fn write<M: IndexMapping, P: Store, N: Store, K: Sink>(
+        &self,
+        sketch: &DDSketch<M, P, N>,
+        sink: &mut K,
+    ) {
+        sink.len_header(SKETCH_MAPPING, self.mapping_body_len());
+        sink.double(MAPPING_GAMMA, self.gamma);
+        if self.index_offset != 0.0 {
+            sink.double(MAPPING_OFFSET, self.index_offset);
+        }
+        if self.interpolation != 0 {
+            sink.varint_field(MAPPING_INTERPOLATION, self.interpolation);
+        }
+        if let Some(p) = &self.positive {
+            p.write(SKETCH_POSITIVE, sketch.positive_store(), sink);
+        }
+        if let Some(p) = &self.negative {
+            p.write(SKETCH_NEGATIVE, sketch.negative_store(), sink);
+        }
+        if self.zero_count != 0.0 {
+            sink.double(SKETCH_ZERO_COUNT, self.zero_count);
+        }
+    }
+
+    fn len<M: IndexMapping, P: Store, N: Store>(&self, sketch: &DDSketch<M, P, N>) -> usize {
+        let mut counter = Counter::default();
+        self.write(sketch, &mut counter);
+        counter.0
+    }
+}
+
+/// The exact length of [`encode_ddsketch`]'s output for this sketch, or the
+/// error it would return other than
+/// [`BufferTooSmall`](EncodeError::BufferTooSmall).
+///
+/// ```
+/// use tailguard::DDSketch;
+/// use tailguard::wire::{ddsketch_encoded_len, encode_ddsketch, Convention};
+///
+/// let mut sketch = DDSketch::new(0.01)?;
+/// sketch.add_all(&[1.0, 2.0, 3.0]).map_err(|(_, e)| e)?;
+/// let len = ddsketch_encoded_len(&sketch, Convention::GoJava)?;
+/// let mut buffer = [0u8; 512];
+/// assert_eq!(encode_ddsketch(&sketch, Convention::GoJava, &mut buffer)?, len);
+/// # Ok::<(), Box<dyn core::error::Error>>(())
+/// ```
+///
+/// # Errors
+/// As [`encode_ddsketch`].
+pub fn ddsketch_encoded_len<M: WireMapping, P: Store, N: Store>(
+    sketch: &DDSketch<M, P, N>,
+    convention: Convention,
+) -> Result<usize, EncodeError> {
+    Ok(Plan::of(sketch, convention)?.len(sketch))
+}
+
+/// Encodes a sketch as DataDog's `DDSketch` protobuf message into `buffer`,
+/// for consumers of `convention`, and returns the bytes written.
+///
+/// Each store is written as `contiguousBinCounts` over its occupied key
+/// range, zeros included (empty stores are left out): 8 bytes a key of
+/// the range. The sparse `binCounts` would be smaller for scattered keys,
+/// but sketches-py and libdd-ddsketch read only `contiguousBinCounts`. the mapping as its
+/// [`wire_gamma`](WireMapping::wire_gamma), index offset and interpolation.
+/// Default values are left out, as protobuf's canonical encoding does. The
+/// format has no minimum, maximum or sum: they do not travel.
+/// [`ddsketch_encoded_len`] gives the exact length,
+/// [`ddsketch_max_encoded_len`] a bound for a sketch type.
+///
+/// ```
+/// use tailguard::DDSketch;
+/// use tailguard::wire::{decode_ddsketch, encode_ddsketch, Convention};
+///
+/// let mut sketch = DDSketch::new(0.01)?;
+/// (1..=1000).try_for_each(|v| sketch.add(f64::from(v)))?;
+/// let mut buffer = [0u8; 4096];
+/// let n = encode_ddsketch(&sketch, Convention::GoJava, &mut buffer)?;
+/// let (back, _report): (DDSketch, _) = decode_ddsketch(&buffer[..n], Convention::GoJava)?;
+/// assert_eq!(back.count(), 1000);
+/// let (p99, was) = (back.quantile(0.99)?.unwrap(), sketch.quantile(0.99)?.unwrap());
+/// assert!((p99 - was).abs() <= 1e-12 * was); // the same bucket
+/// # Ok::<(), Box<dyn core::error::Error>>(())
+/// ```
+///
+/// # Errors
+/// [`EncodeError::BufferTooSmall`] (nothing written);
+/// [`EncodeError::KeyOutOfRange`] if a key shifted for
+/// [`Convention::Python`] leaves `i32`;
+/// [`EncodeError::UnencodableMapping`] if the mapping's γ is infinite.
+pub fn encode_ddsketch<M: WireMapping, P: Store, N: Store>(
+    sketch: &DDSketch<M, P, N>,
+    convention: Convention,
+    buffer: &mut [u8],
+) -> Result<usize, EncodeError> {
+    let plan = Plan::of(sketch, convention)?;
+    let needed = plan.len(sketch);
+    if needed > buffer.len() {
+        return Err(EncodeError::BufferTooSmall {
+            needed,
+            available: buffer.len(),
+        });
+    }
+    let mut writer = SliceWriter::new(buffer);
+    plan.write(sketch, &mut writer);
+    Ok(writer.written)
+}
+
+/// What decoding had to approximate.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct DecodeReport {
+    /// Counts that were not integers and were rounded to the nearest
+    /// (half away from zero); a count below one half is dropped.
+    pub rounded: u64,
+    /// Samples beyond `u32::MAX` in single bucket counts of the input:
+    /// such a count fills its bucket and the rest is dropped, as the store
+    /// drops what would overflow a counter. Not part of the sketch's
+    /// [`saturated`](DDSketch::saturated), which counts what overflowed
+    /// while adding (e.g. a key present in both encodings).
+    pub overflow: u64,
+}
+
+/// One value of interest met while walking a message.
+#[derive(Clone, Copy)]
+enum Event {
+    Mapping,
+    Gamma(f64),
+    IndexOffset(f64),
+    Interpolation(i32),
+    ZeroCount(f64),
+    Contiguous {
+        negative: bool,
+        count: f64,
+    },
+    ContiguousOffset {
+        negative: bool,
+        offset: i32,
+    },
+    Sparse {
+        negative: bool,
+        key: i32,
+        count: f64,
+    },
+}
+
+fn wrong(field: u32, value: &Value<'_>) -> DecodeError {
+    DecodeError::WrongWireType {
+        field,
+        wire_type: value.wire_type(),
+    }
+}
+
+/// Walks a `DDSketch` message, in wire order, handing every field of
+/// interest to `visit`. Embedded messages repeated on the wire are walked
+/// in turn, which merges them as protobuf does once the visitor keeps the
+/// last scalar and concatenates repeated values.
+fn walk(
+    bytes: &[u8],
+    visit: &mut impl FnMut(Event) -> Result<(), DecodeError>,
+) -> Result<(), DecodeError> {
+    let mut reader = Reader::new(bytes);
+    while let Some(field) = reader.next_field() {
+        let field = field?;
+        match (field.number, field.value) {
+            (SKETCH_MAPPING, Value::Len(body)) => walk_mapping(body, visit)?,
+            (SKETCH_POSITIVE, Value::Len(body)) => walk_store(body, false, visit)?,
+            (SKETCH_NEGATIVE, Value::Len(body)) => walk_store(body, true, visit)?,
+            (SKETCH_ZERO_COUNT, Value::I64(bits)) => visit(Event::ZeroCount(f64::from_bits(bits)))?,
+            (SKETCH_MAPPING..=SKETCH_ZERO_COUNT, value) => return Err(wrong(field.number, &value)),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+fn walk_mapping(
+    bytes: &[u8],
+    visit: &mut impl FnMut(Event) -> Result<(), DecodeError>,
+) -> Result<(), DecodeError> {
+    visit(Event::Mapping)?;
+    let mut reader = Reader::new(bytes);
+    while let Some(field) = reader.next_field() {
+        let field = field?;
+        match (field.number, field.value) {
+            (MAPPING_GAMMA, Value::I64(bits)) => visit(Event::Gamma(f64::from_bits(bits)))?,
+            (MAPPING_OFFSET, Value::I64(bits)) => visit(Event::IndexOffset(f64::from_bits(bits)))?,
+            // An enum is an int32: the varint's low 32 bits.
+            (MAPPING_INTERPOLATION, Value::Varint(v)) => visit(Event::Interpolation(v as i32))?,
+            (MAPPING_GAMMA..=MAPPING_INTERPOLATION, value) => {
+                return Err(wrong(field.number, &value))
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+fn walk_store(
+    bytes: &[u8],
+    negative: bool,
+    visit: &mut impl FnMut(Event) -> Result<(), DecodeError>,
+) -> Result<(), DecodeError> {
+    let mut reader = Reader::new(bytes);
+    while let Some(field) = reader.next_field() {
+        let field = field?;
+        match (field.number, field.value) {
+            (STORE_BIN_COUNTS, Value::Len(entry)) => {
+                let (key, count) = map_entry(entry)?;
+                visit(Event::Sparse {
+                    negative,
+                    key,
+                    count,
+                })?;
+            }
+            // Packed, as proto3 writes it...
+            (STORE_CONTIGUOUS, Value::Len(payload)) => {
+                for bits in packed_fixed64(payload)? {
+                    visit(Event::Contiguous {
+                        negative,
+                        count: f64::from_bits(bits),
+                    })?;
+                }
+            }
+            // ...or one value a field, which parsers must accept too.
+            (STORE_CONTIGUOUS, Value::I64(bits)) => visit(Event::Contiguous {
+                negative,
+                count: f64::from_bits(bits),
+            })?,
+            (STORE_CONTIGUOUS_OFFSET, Value::Varint(v)) => visit(Event::ContiguousOffset {
+                negative,
+                offset: unzigzag32(v),
+            })?,
+            (STORE_BIN_COUNTS..=STORE_CONTIGUOUS_OFFSET, value) => {
+                return Err(wrong(field.number, &value))
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// A `map<sint32, double>` entry: a message whose missing fields are 0.
+fn map_entry(bytes: &[u8]) -> Result<(i32, f64), DecodeError> {
+    let (mut key, mut count) = (0, 0.0);
+    let mut reader = Reader::new(bytes);
+    while let Some(field) = reader.next_field() {
+        let field = field?;
+        match (field.number, field.value) {
+            (ENTRY_KEY, Value::Varint(v)) => key = unzigzag32(v),
+            (ENTRY_VALUE, Value::I64(bits)) => count = f64::from_bits(bits),
+            (ENTRY_KEY..=ENTRY_VALUE, value) => return Err(wrong(field.number, &value)),
+            _ => {}
+        }
+    }
+    Ok((key, count))
+}
+
+/// A count checked and rounded: `None` for one that rounds to zero.
+fn rounded(count: f64) -> Result<Option<f64>, DecodeError> {
+    // -0.0 passes and rounds to nothing.
+    if count.is_nan() || count < 0.0 || count.is_infinite() {
+        return Err(DecodeError::InvalidCount(count));
+    }
+    let r = libm::round(count);
+    Ok((r >= 1.0).then_some(r))
+}
+
+/// What the first pass learns of one store.
+#[derive(Clone, Copy, Default)]
+struct StoreScan {
+    /// The last `contiguousBinIndexOffset` seen (they are merged scalars).
+    offset: i32,
+    /// Contiguous counts seen so far (their positions).
+    seen: u64,
+    /// The lowest and highest key with a non-zero count, in the wire's
+    /// convention; contiguous keys are kept as positions until the offset
+    /// is final.
+    positions: Option<(u64, u64)>,
+    sparse: Option<(i32, i32)>,
+}
+
+impl StoreScan {
+    fn widen_positions(&mut self, at: u64) {
+        self.positions = Some(self.positions.map_or((at, at), |(lo, hi)| (lo, hi.max(at))));
+    }
+
+    fn widen_sparse(&mut self, key: i32) {
+        self.sparse = Some(
+            self.sparse
+                .map_or((key, key), |(lo, hi)| (lo.min(key), hi.max(key))),
+        );
+    }
+
+    /// The lowest and highest non-empty key, shifted into this crate's
+    /// convention, in `i64`.
+    fn key_range(&self, shift: i64) -> Option<(i64, i64)> {
+        let base = i64::from(self.offset).saturating_add(shift);
+        let at = |p: u64| base.saturating_add(i64::try_from(p).unwrap_or(i64::MAX));
+        let contiguous = self.positions.map(|(lo, hi)| (at(lo), at(hi)));
+        let sparse = self.sparse.map(|(lo, hi)| {
+            (
+                i64::from(lo).saturating_add(shift),
+                i64::from(hi).saturating_add(shift),
+            )
+        });
+        match (contiguous, sparse) {
+            (Some(a), Some(b)) => Some((a.0.min(b.0), a.1.max(b.1))),
+            (a, b) => a.or(b),
+        }
+    }
+}
+
+/// What the first pass learns of a whole message.
+#[derive(Clone, Copy, Default)]
+struct Scan {
+    has_mapping: bool,
+    gamma: f64,
+    index_offset: f64,
+    interpolation: i32,
+    zero_count: f64,
+    positive: StoreScan,
+    negative: StoreScan,
+}
+
+impl Scan {
+    fn store(&mut self, negative: bool) -> &mut StoreScan {
+        if negative {
+            &mut self.negative
+        } else {
+            &mut self.positive
+        }
+    }
+
+    /// Reads the whole message, checking its syntax and every count.
+    fn of(bytes: &[u8]) -> Result<Self, DecodeError> {
+        let mut scan = Self::default();
+        walk(bytes, &mut |event| {
+            match event {
+                Event::Mapping => scan.has_mapping = true,
+                Event::Gamma(g) => scan.gamma = g,
+                Event::IndexOffset(o) => scan.index_offset = o,
+                Event::Interpolation(i) => scan.interpolation = i,
+                // Last wins: checked once the message is read.
+                Event::ZeroCount(c) => scan.zero_count = c,
+                Event::Contiguous { negative, count } => {
+                    let store = scan.store(negative);
+                    if rounded(count)?.is_some() {
+                        let at = store.seen;
+                        store.widen_positions(at);
+                    }
+                    store.seen = store.seen.saturating_add(1);
+                }
+                Event::ContiguousOffset { negative, offset } => {
+                    scan.store(negative).offset = offset
+                }
+                Event::Sparse {
+                    negative,
+                    key,
+                    count,
+                } => {
+                    if rounded(count)?.is_some() {
+                        scan.store(negative).widen_sparse(key);
+                    }
+                }
+            }
+            Ok(())
+        })?;
+        rounded(scan.zero_count)?;
+        Ok(scan)
+    }
+
+    /// The mapping the message describes, checked against the sketch's
+    /// type, with every non-empty key checked against it.
+    fn mapping<M: WireMapping, N: Store>(&self, convention: Convention) -> Result<M, DecodeError> {
+        if !self.has_mapping {
+            return Err(DecodeError::MissingMapping);
+        }
+        if self.interpolation != M::INTERPOLATION as i32 {
+            return Err(DecodeError::InterpolationMismatch {
+                found: self.interpolation,
+                expected: M::INTERPOLATION,
+            });
+        }
+        let mapping = M::from_wire(self.gamma, self.index_offset, convention)?;
+        // A γ so large that the mapping's own rounds to infinity could not
+        // be written back: refused, so that whatever decodes encodes.
+        if !mapping.wire_gamma(convention).is_finite() {
+            return Err(MappingError::InvalidGamma(self.gamma).into());
+        }
+        let shift = convention.key_shift();
+        if N::CAPACITY == 0 && self.negative.key_range(shift).is_some() {
+            return Err(DecodeError::NegativeValues);
+        }
+        for store in [&self.positive, &self.negative] {
+            if let Some((lo, hi)) = store.key_range(shift) {
+                for key in [lo, hi] {
+                    check_key(&mapping, key)?;
+                }
+            }
+        }
+        Ok(mapping)
+    }
+}
+
+/// Whether `key` is an `i32` whose representative the mapping indexes.
+fn check_key<M: IndexMapping>(mapping: &M, key: i64) -> Result<i32, DecodeError> {
+    let k = i32::try_from(key).map_err(|_| DecodeError::KeyOutOfRange(key))?;
+    let v = mapping.value(k);
+    if v >= mapping.min_indexable_value() && v <= mapping.max_indexable_value() {
+        Ok(k)
+    } else {
+        Err(DecodeError::KeyOutOfRange(key))
+    }
+}
+
+/// A value that the mapping puts in bucket `key`: its representative
+/// `value(key)` (always, up to rounding at the ends of the range), else a
+/// value between the bucket's bounds.
+fn representative<M: IndexMapping>(mapping: &M, key: i32) -> f64 {
+    let v = mapping.value(key);
+    if mapping.index(v) == key {
+        return v;
+    }
+    let low = mapping.lower_bound(key);
+    let high = mapping.lower_bound(key.saturating_add(1));
+    [libm::sqrt(low * high), low.next_up(), low]
+        .into_iter()
+        .find(|&c| {
+            // Within the indexable range, so that adding cannot fail.
+            c >= mapping.min_indexable_value()
+                && c <= mapping.max_indexable_value()
+                && mapping.index(c) == key
+        })
+        .unwrap_or(v)
+}
+
+/// Adds `count` samples (checked, not yet rounded) to bucket `key` of one
+/// store of `sketch`.
+fn add_bucket<M: IndexMapping, P: Store, N: Store>(
+    sketch: &mut DDSketch<M, P, N>,
+    negative: bool,
+    key: i64,
+    count: f64,
+    report: &mut DecodeReport,
+) -> Result<(), DecodeError> {
+    let Some(n) = rounded(count)? else {
+        if count != 0.0 {
+            report.rounded = report.rounded.saturating_add(1);
+        }
+        return Ok(());
+    };
+    if n != count {
+        report.rounded = report.rounded.saturating_add(1);
+    }
+    let k = i32::try_from(key).map_err(|_| DecodeError::KeyOutOfRange(key))?;
+    let magnitude = representative(sketch.mapping(), k);
+    let value = if negative { -magnitude } else { magnitude };
+    let full = f64::from(u32::MAX);
+    let weight = if n > full {
+        // `as` saturates: counts past 2^64 report u64::MAX.
+        report.overflow = report.overflow.saturating_add((n - full) as u64);
+        u32::MAX
+    } else {
+        n as u32
+    };
+    sketch
+        .add_weighted(value, weight)
+        .map_err(|_| DecodeError::KeyOutOfRange(key))
+}
+
+/// Adds `n` samples to the zero bucket: `u32` weights at a time would take
+/// up to 2^32 calls, so beyond one weight the count doubles by merging.
+fn add_zeros<M: IndexMapping, P: Store, N: Store>(sketch: &mut DDSketch<M, P, N>, n: u64) {
+    const CHUNK_BITS: u32 = 31;
+    let low = (n & ((1 << CHUNK_BITS) - 1)) as u32;
+    let mut high = n >> CHUNK_BITS;
+    // Zero is always accepted: it lands in the zero bucket.
+    let _ = sketch.add_weighted(0.0, low);
+    if high == 0 {
+        return;
+    }
+    let mut chunk = DDSketch::<M, P, N>::with_mapping(*sketch.mapping());
+    let _ = chunk.add_weighted(0.0, 1 << CHUNK_BITS);
+    while high != 0 {
+        if high & 1 == 1 {
+            // Same mapping: cannot fail.
+            let _ = sketch.merge(&chunk);
+        }
+        high >>= 1;
+        if high != 0 {
+            let copy = chunk.clone();
+            let _ = chunk.merge(&copy);
+        }
+    }
+}
+
+/// The second pass: adds every bucket of a message checked by [`Scan`].
+fn apply<M: IndexMapping, P: Store, N: Store>(
+    sketch: &mut DDSketch<M, P, N>,
+    bytes: &[u8],
+    scan: &Scan,
+    convention: Convention,
+) -> Result<DecodeReport, DecodeError> {
+    let shift = convention.key_shift();
+    let mut report = DecodeReport::default();
+    // Positions within each store's concatenated contiguous counts.
+    let mut positions = [0u64; 2];
+    walk(bytes, &mut |event| {
+        match event {
+            Event::Contiguous { negative, count } => {
+                let store = if negative {
+                    &scan.negative
+                } else {
+                    &scan.positive
+                };
+                let slot = positions.get_mut(usize::from(negative));
+                let at = slot.map_or(0, |p| {
+                    let at = *p;
+                    *p = p.saturating_add(1);
+                    at
+                });
+                let key = i64::from(store.offset)
+                    .saturating_add(shift)
+                    .saturating_add(i64::try_from(at).unwrap_or(i64::MAX));
+                add_bucket(sketch, negative, key, count, &mut report)?;
+            }
+            Event::Sparse {
+                negative,
+                key,
+                count,
+            } => {
+                let key = i64::from(key).saturating_add(shift);
+                add_bucket(sketch, negative, key, count, &mut report)?;
+            }
+            _ => {}
+        }
+        Ok(())
+    })?;
+    if let Some(n) = rounded(scan.zero_count)? {
+        if n != scan.zero_count {
+            report.rounded = report.rounded.saturating_add(1);
+        }
+        add_zeros(sketch, n as u64);
+    } else if scan.zero_count != 0.0 {
+        report.rounded = report.rounded.saturating_add(1);
+    }
+    Ok(report)
+}
+
+/// Decodes DataDog's `DDSketch` protobuf message, written by a producer of
+/// `convention`, into a new sketch of type `DDSketch<M, P, N>` over the
+/// mapping the message describes.
+///
+/// * **Fields**: in any order; unknown fields (and groups) skipped; a
+///   scalar that repeats keeps its last value; repeated and packed
+///   `contiguousBinCounts` concatenate; embedded messages that repeat merge
+///   (so `contiguousBinIndexOffset` is the last one given in any of a
+///   store's pieces). `binCounts` and `contiguousBinCounts` may both be
+///   present: a key in both gets the sum, as the format says. One
+///   deviation: a key repeated *within* `binCounts` is summed, where
+///   protobuf's map semantics keep the last entry (remembering earlier keys
+///   would take memory; no known producer repeats a key).
+/// * **Mapping**: the interpolation must be `M`'s
+///   ([`InterpolationMismatch`](DecodeError::InterpolationMismatch)
+///   otherwise), γ and offset are read as `convention` writes them
+///   ([`WireMapping::from_wire`]).
+/// * **Counts**: must be finite and non-negative
+///   ([`InvalidCount`](DecodeError::InvalidCount)); others are rounded to
+///   the nearest integer (counted in [`DecodeReport::rounded`]); a bucket
+///   count above `u32::MAX` fills the bucket and the rest is counted in
+///   [`DecodeReport::overflow`]; the zero count is a `u64`, up to `2^64`.
+/// * **Capacity**: every bucket is added to the sketch with its weight, at
+///   its representative value, so a sketch too small for the input
+///   collapses exactly as adding the samples would: check
+///   [`DDSketch::collapse`]. Bucket counts are exact; the minimum, maximum
+///   and sum, which the format does not carry, are those of the
+///   representatives.
+///
+/// Costs two passes over the input and one add per non-empty bucket; no
+/// allocation.
+///
+/// ```
+/// use tailguard::mapping::CubicMapping;
+/// use tailguard::wire::{decode_ddsketch, encode_ddsketch, Convention};
+/// use tailguard::DDSketch;
+///
+/// let mut sketch = DDSketch::new(0.01)?;
+/// sketch.add_all(&[1.0, 2.0, 3.0]).map_err(|(_, e)| e)?;
+/// // Bytes as sketches-py would write them...
+/// let mut buffer = [0u8; 1024];
+/// let n = encode_ddsketch(&sketch, Convention::Python, &mut buffer)?;
+/// // ...read back with the producer's convention.
+/// let (back, report): (DDSketch<CubicMapping>, _) =
+///     decode_ddsketch(&buffer[..n], Convention::Python)?;
+/// assert_eq!(back.count(), 3);
+/// assert_eq!(report.rounded, 0);
+/// let p50 = back.quantile(0.5)?.unwrap();
+/// assert!((p50 - 2.0).abs() <= 0.01 * 2.0);
+/// // The wrong convention reads another mapping and other buckets.
+/// let (wrong, _): (DDSketch<CubicMapping>, _) =
+///     decode_ddsketch(&buffer[..n], Convention::GoJava)?;
+/// assert!((wrong.quantile(0.5)?.unwrap() - 2.0).abs() > 0.01 * 2.0);
+/// # Ok::<(), Box<dyn core::error::Error>>(())
+/// ```
+///
+/// # Errors
+/// A [`DecodeError`] for malformed or truncated bytes, a missing or
+/// foreign mapping, an invalid count, a key outside the mapping's range, or
+/// negative values for a sketch without a negative store.
+pub fn decode_ddsketch<M: WireMapping, P: Store, N: Store>(
+    bytes: &[u8],
+    convention: Convention,
+) -> Result<(DDSketch<M, P, N>, DecodeReport), DecodeError> {
+    let scan = Scan::of(bytes)?;
+    let mapping = scan.mapping::<M, N>(convention)?;
+    let mut sketch = DDSketch::with_mapping(mapping);
+    let report = apply(&mut sketch, bytes, &scan, convention)?;
+    Ok((sketch, report))
+}
+
+/// Decodes as [`decode_ddsketch`] and adds the result to `sketch`, whose
+/// mapping must equal the message's
+/// ([`MappingMismatch`](DecodeError::MappingMismatch) otherwise): the
+/// sketch then holds the union of both, as [`DDSketch::merge`] would give.
+///
+/// The whole message is checked before the first bucket is added: on any
+/// error the sketch is unchanged.
+///
+/// ```
+/// use tailguard::DDSketch;
+/// use tailguard::wire::{decode_ddsketch, decode_ddsketch_into, encode_ddsketch, Convention};
+///
+/// // Payloads from several hosts, all with the same mapping.
+/// let mut payloads = [[0u8; 128]; 3];
+/// let mut lens = [0; 3];
+/// for (i, (buffer, len)) in payloads.iter_mut().zip(&mut lens).enumerate() {
+///     let mut host = DDSketch::new(0.01)?;
+///     host.add(10.0 * (i + 1) as f64)?;
+///     *len = encode_ddsketch(&host, Convention::GoJava, buffer)?;
+/// }
+/// let (mut total, _): (DDSketch, _) =
+///     decode_ddsketch(&payloads[0][..lens[0]], Convention::GoJava)?;
+/// for (buffer, &len) in payloads.iter().zip(&lens).skip(1) {
+///     decode_ddsketch_into(&mut total, &buffer[..len], Convention::GoJava)?;
+/// }
+/// assert_eq!(total.count(), 3);
+/// # Ok::<(), Box<dyn core::error::Error>>(())
+/// ```
+///
+/// # Errors
+/// As [`decode_ddsketch`], and [`DecodeError::MappingMismatch`].
+pub fn decode_ddsketch_into<M: WireMapping, P: Store, N: Store>(
+    sketch: &mut DDSketch<M, P, N>,
+    bytes: &[u8],
+    convention: Convention,
+) -> Result<DecodeReport, DecodeError> {
+    let scan = Scan::of(bytes)?;
+    let mapping = scan.mapping::<M, N>(convention)?;
+    if mapping != *sketch.mapping() {
+        return Err(DecodeError::MappingMismatch);
+    }
+    apply(sketch, bytes, &scan, convention)
+}

@@ -1,0 +1,186 @@
+//! A sketch over an [`ExponentialMapping`] read as an OpenTelemetry
+//! exponential-histogram data point (and a Prometheus native histogram).
+
+use crate::mapping::{ExponentialMapping, IndexMapping};
+use crate::store::Store;
+use crate::DDSketch;
+use core::fmt;
+
+/// A sketch over an [`ExponentialMapping`], read as OpenTelemetry's
+/// `ExponentialHistogramDataPoint`: same scale, same buckets, the same
+/// index for every value (see the mapping's boundary convention), so
+/// nothing is converted or approximated. Borrowing, allocation-free.
+///
+/// * `positive` and `negative` hold each store's occupied key range as a
+///   dense run of counts, empty buckets included: OpenTelemetry's bucket
+///   `offset + i` is the sketch's key `offset + i`.
+/// * `zero_count` counts the sketch's zero bucket: zero and magnitudes
+///   below the smallest normal float, so
+///   [`zero_threshold`](Self::zero_threshold) is the largest subnormal.
+/// * `count` is the sum of every bucket and the zero count; `min` and `max`
+///   are exact; `sum` is left out when a sample was negative, as the OTLP
+///   definition asks.
+/// * A collapsed store reports its collapsed bucket as the sketch does: the
+///   samples folded into it are counted there (see
+///   [`DDSketch::collapse`]).
+///
+/// Prometheus native histograms use the same buckets with schema = scale
+/// (schemas −4 to 8); its OTLP receiver takes these data points as they are
+/// (and reduces finer scales to 8).
+///
+/// ```
+/// use tailguard::mapping::ExponentialMapping;
+/// use tailguard::wire::ExponentialHistogram;
+/// use tailguard::DDSketch;
+///
+/// let mut sketch = DDSketch::<ExponentialMapping>::with_mapping(ExponentialMapping::new(3).unwrap());
+/// sketch.add_all(&[1.5, 1.6, 3.0, 0.0]).map_err(|(_, e)| e)?;
+/// let point = ExponentialHistogram::new(&sketch);
+/// assert_eq!(point.scale(), 3);
+/// assert_eq!((point.count(), point.zero_count()), (4, 1));
+/// let positive = point.positive();
+/// assert_eq!(positive.offset(), 4); // 1.5 is in (2^(4/8), 2^(5/8)]
+/// let counts: Vec<u64> = positive.counts().collect(); // indexes 4 to 12
+/// assert_eq!(counts, [1, 1, 0, 0, 0, 0, 0, 0, 1]);
+/// # Ok::<(), tailguard::SketchError>(())
+/// ```
+pub struct ExponentialHistogram<'a, P, N> {
+    sketch: &'a DDSketch<ExponentialMapping, P, N>,
+}
+
+// By hand: derives would ask `P` and `N` for what a reference does not need.
+impl<P, N> Clone for ExponentialHistogram<'_, P, N> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<P, N> Copy for ExponentialHistogram<'_, P, N> {}
+
+impl<P: Store, N: Store> fmt::Debug for ExponentialHistogram<'_, P, N> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ExponentialHistogram")
+            .field("scale", &self.scale())
+            .field("count", &self.count())
+            .field("zero_count", &self.zero_count())
+            .field("positive", &self.positive())
+            .field("negative", &self.negative())
+            .finish()
+    }
+}
+
+impl<'a, P: Store, N: Store> ExponentialHistogram<'a, P, N> {
+    /// The data point of `sketch`.
+    pub fn new(sketch: &'a DDSketch<ExponentialMapping, P, N>) -> Self {
+        Self { sketch }
+    }
+
+    /// The scale: `2^scale` buckets between consecutive powers of two.
+    pub fn scale(&self) -> i32 {
+        self.sketch.mapping().scale()
+    }
+
+    /// Samples in the data point: every bucket and the zero count.
+    pub fn count(&self) -> u64 {
+        self.sketch.count()
+    }
+
+    /// The sum of the samples; `None` when empty or when a sample was
+    /// negative (OTLP: "sum should not be filled out" then).
+    pub fn sum(&self) -> Option<f64> {
+        let no_negatives = self.sketch.min().is_some_and(|m| m >= 0.0);
+        self.sketch.sum().filter(|_| no_negatives)
+    }
+
+    /// The exact smallest sample, `None` when empty.
+    pub fn min(&self) -> Option<f64> {
+        self.sketch.min()
+    }
+
+    /// The exact largest sample, `None` when empty.
+    pub fn max(&self) -> Option<f64> {
+        self.sketch.max()
+    }
+
+    /// Samples in the zero bucket.
+    pub fn zero_count(&self) -> u64 {
+        self.sketch.zero_count()
+    }
+
+    /// The largest magnitude counted in the zero bucket: the largest
+    /// subnormal float, since the mapping indexes every normal one.
+    pub fn zero_threshold(&self) -> f64 {
+        self.sketch.mapping().min_indexable_value().next_down()
+    }
+
+    /// The buckets of positive values.
+    pub fn positive(&self) -> Buckets<'a, P> {
+        Buckets::of(self.sketch.positive_store())
+    }
+
+    /// The buckets of negative values, by magnitude.
+    pub fn negative(&self) -> Buckets<'a, N> {
+        Buckets::of(self.sketch.negative_store())
+    }
+}
+
+/// One side of a data point: bucket counts for the indexes `offset ..
+/// offset + len`, dense.
+pub struct Buckets<'a, S> {
+    store: &'a S,
+    range: Option<(i32, i32)>,
+}
+
+impl<S> Clone for Buckets<'_, S> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<S> Copy for Buckets<'_, S> {}
+
+impl<S: Store> fmt::Debug for Buckets<'_, S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Buckets")
+            .field("offset", &self.offset())
+            .field("len", &self.len())
+            .finish()
+    }
+}
+
+impl<'a, S: Store> Buckets<'a, S> {
+    fn of(store: &'a S) -> Self {
+        Self {
+            store,
+            range: store.key_range(),
+        }
+    }
+
+    /// The index of the first bucket (0 when there is none).
+    pub fn offset(&self) -> i32 {
+        self.range.map_or(0, |r| r.0)
+    }
+
+    /// The number of buckets, from the lowest non-empty to the highest.
+    pub fn len(&self) -> usize {
+        self.range.map_or(0, |(lo, hi)| {
+            let span = i64::from(hi)
+                .saturating_sub(i64::from(lo))
+                .saturating_add(1);
+            usize::try_from(span).unwrap_or(0)
+        })
+    }
+
+    /// Whether there are no buckets.
+    pub fn is_empty(&self) -> bool {
+        self.range.is_none()
+    }
+
+    /// The counts of buckets `offset, offset + 1, …`; the first and the
+    /// last are non-zero.
+    pub fn counts(&self) -> impl Iterator<Item = u64> + 'a {
+        let store = self.store;
+        self.range
+            .into_iter()
+            .flat_map(|(lo, hi)| lo..=hi)
+            .map(move |k| u64::from(store.count_of(k)))
+    }
+}

@@ -1,0 +1,820 @@
+//! DataDog's `ddsketch.proto`: round trips in both conventions, protobuf
+//! merge semantics, hostile input, count policies, collapse on decode, and
+//! cross-checks against DataDog's Rust sketch (`libdd-ddsketch`) and its
+//! prost-generated types.
+
+use libdd_ddsketch::pb;
+use prost::Message;
+use std::collections::HashMap;
+use tailguard::mapping::{
+    CubicMapping, Interpolation, LinearMapping, LogarithmicMapping, MappingError,
+};
+use tailguard::store::{CollapsingLowestStore, NoStore, Store};
+use tailguard::wire::{
+    ddsketch_encoded_len, ddsketch_max_encoded_len, decode_ddsketch, decode_ddsketch_into,
+    encode_ddsketch, Convention, DecodeError, DecodeReport, EncodeError, WireMapping,
+};
+use tailguard::{DDSketch, IndexMapping, SignedSketch};
+
+type Signed<M> = SignedSketch<M, CollapsingLowestStore<4096>>;
+
+/// Deterministic data of both signs over eight decades, with zeros.
+fn data() -> Vec<f64> {
+    (0..3000)
+        .map(|i| {
+            let m = 1.0093f64.powi(i % 1999) * 1e-3;
+            match i % 7 {
+                0 => 0.0,
+                1 | 4 => -m,
+                _ => m,
+            }
+        })
+        .collect()
+}
+
+fn filled<M: WireMapping>(mapping: M) -> Signed<M> {
+    let mut s = Signed::with_mapping(mapping);
+    s.add_all(&data()).unwrap();
+    s
+}
+
+fn encode<M: WireMapping, P: Store, N: Store>(
+    s: &DDSketch<M, P, N>,
+    convention: Convention,
+) -> Vec<u8> {
+    let len = ddsketch_encoded_len(s, convention).unwrap();
+    let mut buf = vec![0u8; len];
+    assert_eq!(encode_ddsketch(s, convention, &mut buf), Ok(len));
+    buf
+}
+
+fn decode<M: WireMapping, P: Store, N: Store>(
+    bytes: &[u8],
+    convention: Convention,
+) -> DDSketch<M, P, N> {
+    let (s, report) = decode_ddsketch(bytes, convention).unwrap();
+    assert_eq!(report, DecodeReport::default());
+    s
+}
+
+fn bins<S: Store>(s: &S) -> Vec<(i32, u32)> {
+    s.bins().collect()
+}
+
+/// Same buckets, same counts; quantiles equal up to the ulps by which a
+/// mapping rebuilt from its γ may differ.
+fn assert_same<M: IndexMapping, P: Store, N: Store>(a: &DDSketch<M, P, N>, b: &DDSketch<M, P, N>) {
+    assert_eq!(a.count(), b.count());
+    assert_eq!(a.zero_count(), b.zero_count());
+    assert_eq!(bins(a.positive_store()), bins(b.positive_store()));
+    assert_eq!(bins(a.negative_store()), bins(b.negative_store()));
+    for q in [0.0, 0.001, 0.1, 0.3, 0.5, 0.9, 0.99, 0.999, 1.0] {
+        let (x, y) = (
+            a.quantile(q).unwrap().unwrap(),
+            b.quantile(q).unwrap().unwrap(),
+        );
+        // Min and max do not travel: the decoded sketch's are the extreme
+        // buckets' representatives, so the ends may differ within α.
+        let alpha = a.mapping().relative_accuracy();
+        let tol = if q == 0.0 || q == 1.0 {
+            2.0 * alpha
+        } else {
+            1e-12
+        };
+        assert!((x - y).abs() <= tol * x.abs(), "q={q}: {x} vs {y}");
+    }
+}
+
+fn round_trip<M: WireMapping>(mapping: M) {
+    let s = filled(mapping);
+    for convention in [Convention::GoJava, Convention::Python] {
+        let bytes = encode(&s, convention);
+        let back: Signed<M> = decode(&bytes, convention);
+        assert_same(&s, &back);
+        // The mapping comes back with the same parameters.
+        let m = back.mapping();
+        assert!((m.gamma() / s.mapping().gamma() - 1.0).abs() < 1e-14);
+        assert!((m.relative_accuracy() / s.mapping().relative_accuracy() - 1.0).abs() < 1e-12);
+        assert_eq!(m.index_offset(), s.mapping().index_offset());
+    }
+}
+
+#[test]
+fn every_mapping_round_trips_in_both_conventions() {
+    for alpha in [0.001, 0.01, 0.05, 0.3] {
+        round_trip(LogarithmicMapping::new(alpha).unwrap());
+        round_trip(CubicMapping::new(alpha).unwrap());
+        round_trip(LinearMapping::new(alpha).unwrap());
+    }
+    // A fractional index offset, as libdd-ddsketch writes.
+    round_trip(LogarithmicMapping::with_gamma(1.02, 1234.5).unwrap());
+    round_trip(CubicMapping::with_gamma(1.03, -77.25).unwrap());
+}
+
+#[test]
+#[ignore = "needs mapping PartialEq by gamma, index offset and interpolation (another branch)"]
+fn decoded_sketches_equal_their_origin() {
+    for s in [
+        filled(CubicMapping::new(0.01).unwrap()),
+        filled(CubicMapping::new(0.02).unwrap()),
+        filled(CubicMapping::new(0.05).unwrap()),
+    ] {
+        let bytes = encode(&s, Convention::GoJava);
+        let back: Signed<CubicMapping> = decode(&bytes, Convention::GoJava);
+        // NEEDS the mapping `PartialEq` by γ, index offset and interpolation
+        // (another branch): a mapping rebuilt by `with_gamma(m.gamma(),
+        // m.index_offset())` then equals m, and decoded sketches merge with
+        // local ones.
+        assert_eq!(back.mapping(), s.mapping());
+        let mut merged = back.clone();
+        merged.merge(&s).unwrap();
+        assert_eq!(merged.count(), 2 * s.count());
+    }
+}
+
+#[test]
+fn lengths_are_exact_and_bounded() {
+    type Small = DDSketch<CubicMapping, CollapsingLowestStore<64>, CollapsingLowestStore<32>>;
+    const MAX: usize = ddsketch_max_encoded_len(64, 32);
+    let mut s = Small::with_accuracy(0.01).unwrap();
+    let empty = encode(&s, Convention::GoJava);
+    assert_eq!(empty.len(), 13, "the mapping only: {empty:02x?}");
+    s.add_all(&data()).unwrap();
+    for convention in [Convention::GoJava, Convention::Python] {
+        let len = ddsketch_encoded_len(&s, convention).unwrap();
+        // A full store of each sign, both offsets negative and large.
+        assert!(len <= MAX && len > 8 * 96, "{len} vs {MAX}");
+        let mut buf = vec![0xa5u8; len - 1];
+        assert_eq!(
+            encode_ddsketch(&s, convention, &mut buf),
+            Err(EncodeError::BufferTooSmall {
+                needed: len,
+                available: len - 1
+            })
+        );
+        assert!(buf.iter().all(|&b| b == 0xa5), "nothing written");
+    }
+    // The default sketch's bound, from its store types.
+    assert_eq!(
+        ddsketch_max_encoded_len(CollapsingLowestStore::<1024>::CAPACITY, NoStore::CAPACITY),
+        8235
+    );
+    // Extreme offsets at full capacity reach the bound's order.
+    let mut t = Small::with_mapping(CubicMapping::with_gamma(1.5, -1e9).unwrap());
+    for i in 0..200 {
+        t.add(1.5f64.powi(i - 100)).unwrap();
+        t.add(-(1.5f64.powi(i - 100))).unwrap();
+    }
+    t.add(0.0).unwrap();
+    let len = ddsketch_encoded_len(&t, Convention::Python).unwrap();
+    assert!(len <= MAX && MAX - len <= 8, "{len} vs {MAX}");
+}
+
+// ---------------------------------------------------------------------
+// Hand-built messages: a tiny protobuf writer.
+
+fn varint(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push(v as u8 | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+fn tag(out: &mut Vec<u8>, field: u32, wire_type: u8) {
+    varint(out, u64::from(field) << 3 | u64::from(wire_type));
+}
+fn double(out: &mut Vec<u8>, field: u32, v: f64) {
+    tag(out, field, 1);
+    out.extend(v.to_le_bytes());
+}
+fn len(out: &mut Vec<u8>, field: u32, body: &[u8]) {
+    tag(out, field, 2);
+    varint(out, body.len() as u64);
+    out.extend(body);
+}
+fn sint(out: &mut Vec<u8>, field: u32, v: i32) {
+    tag(out, field, 0);
+    varint(out, u64::from(((v << 1) ^ (v >> 31)) as u32));
+}
+fn mapping_msg(gamma: f64, offset: f64, interpolation: u64) -> Vec<u8> {
+    let mut m = Vec::new();
+    double(&mut m, 1, gamma);
+    double(&mut m, 2, offset);
+    tag(&mut m, 3, 0);
+    varint(&mut m, interpolation);
+    m
+}
+fn packed(counts: &[f64]) -> Vec<u8> {
+    counts.iter().flat_map(|c| c.to_le_bytes()).collect()
+}
+fn entry(key: i32, count: f64) -> Vec<u8> {
+    let mut e = Vec::new();
+    sint(&mut e, 1, key);
+    double(&mut e, 2, count);
+    e
+}
+
+const G: f64 = 1.02;
+
+fn log_sketch(bytes: &[u8]) -> Result<(Signed<LogarithmicMapping>, DecodeReport), DecodeError> {
+    decode_ddsketch(bytes, Convention::GoJava)
+}
+
+fn positive_bins(bytes: &[u8]) -> Vec<(i32, u32)> {
+    bins(log_sketch(bytes).unwrap().0.positive_store())
+}
+
+#[test]
+fn sparse_and_contiguous_counts_add_up() {
+    let mut store = Vec::new();
+    len(&mut store, 1, &entry(5, 2.0));
+    len(&mut store, 1, &entry(-3, 1.0));
+    len(&mut store, 2, &packed(&[1.0, 0.0, 4.0]));
+    sint(&mut store, 3, 4);
+    let mut msg = Vec::new();
+    len(&mut msg, 1, &mapping_msg(G, 0.0, 0));
+    len(&mut msg, 2, &store);
+    double(&mut msg, 4, 3.0);
+    let (s, _) = log_sketch(&msg).unwrap();
+    assert_eq!(bins(s.positive_store()), [(-3, 1), (4, 1), (5, 2), (6, 4)]);
+    assert_eq!(s.zero_count(), 3);
+    assert_eq!(s.count(), 11);
+}
+
+#[test]
+fn fields_in_any_order_unknown_fields_skipped_last_scalar_wins() {
+    let mut store = Vec::new();
+    sint(&mut store, 3, 100); // overridden below
+    tag(&mut store, 2, 1); // one unpacked double
+    store.extend(2.0f64.to_le_bytes());
+    len(&mut store, 2, &packed(&[3.0]));
+    len(&mut store, 9, b"unknown bytes");
+    tag(&mut store, 15, 5); // unknown fixed32
+    store.extend([1, 2, 3, 4]);
+    sint(&mut store, 3, 10);
+    let mut msg = Vec::new();
+    double(&mut msg, 4, 99.0); // overridden below
+    len(&mut msg, 2, &store);
+    tag(&mut msg, 1000, 0); // unknown varint
+    varint(&mut msg, 1 << 40);
+    tag(&mut msg, 7, 3); // unknown group, with a nested one
+    tag(&mut msg, 1, 0);
+    varint(&mut msg, 5);
+    tag(&mut msg, 8, 3);
+    tag(&mut msg, 8, 4);
+    tag(&mut msg, 7, 4);
+    len(&mut msg, 1, &mapping_msg(G, 0.0, 0));
+    double(&mut msg, 4, 1.0);
+    let (s, _) = log_sketch(&msg).unwrap();
+    assert_eq!(bins(s.positive_store()), [(10, 2), (11, 3)]);
+    assert_eq!(s.zero_count(), 1);
+}
+
+#[test]
+fn repeated_messages_merge() {
+    // The mapping in two pieces: γ in the first, offset and interpolation
+    // in the second, then γ again (last wins).
+    let mut m1 = Vec::new();
+    double(&mut m1, 1, 9.0);
+    let mut m2 = Vec::new();
+    double(&mut m2, 2, 3.0);
+    double(&mut m2, 1, G);
+    // A store in two pieces: counts concatenate, the offset of the last
+    // piece that has one applies to all of them.
+    let mut s1 = Vec::new();
+    len(&mut s1, 2, &packed(&[1.0, 2.0]));
+    sint(&mut s1, 3, -50);
+    len(&mut s1, 1, &entry(0, 7.0));
+    let mut s2 = Vec::new();
+    len(&mut s2, 2, &packed(&[3.0]));
+    sint(&mut s2, 3, 20);
+    let mut s3 = Vec::new();
+    len(&mut s3, 2, &packed(&[0.0, 5.0]));
+    let mut msg = Vec::new();
+    len(&mut msg, 1, &m1);
+    len(&mut msg, 2, &s1);
+    len(&mut msg, 1, &m2);
+    len(&mut msg, 2, &s2);
+    len(&mut msg, 2, &s3);
+    let (s, _) = log_sketch(&msg).unwrap();
+    assert_eq!(
+        bins(s.positive_store()),
+        [(0, 7), (20, 1), (21, 2), (22, 3), (24, 5)]
+    );
+    let expected = LogarithmicMapping::with_gamma(G, 3.0).unwrap();
+    assert_eq!(s.mapping().gamma(), expected.gamma());
+    assert_eq!(s.mapping().index_offset(), 3.0);
+}
+
+#[test]
+fn map_entries_with_missing_fields_default_to_zero() {
+    let mut store = Vec::new();
+    len(&mut store, 1, &[]); // key 0, count 0: nothing
+    let mut e = Vec::new();
+    double(&mut e, 2, 4.0); // key 0
+    len(&mut store, 1, &e);
+    let mut e = Vec::new();
+    sint(&mut e, 1, 9); // count 0
+    len(&mut store, 1, &e);
+    let mut msg = Vec::new();
+    len(&mut msg, 1, &mapping_msg(G, 0.0, 0));
+    len(&mut msg, 2, &store);
+    assert_eq!(positive_bins(&msg), [(0, 4)]);
+}
+
+#[test]
+fn counts_are_rounded_and_overflow_is_reported() {
+    let mut store = Vec::new();
+    len(&mut store, 2, &packed(&[0.4, 1.5, 2.0, 6e9, 0.0, -0.0]));
+    let mut msg = Vec::new();
+    len(&mut msg, 1, &mapping_msg(G, 0.0, 0));
+    len(&mut msg, 2, &store);
+    double(&mut msg, 4, 1e10 + 0.25);
+    let (s, report) = log_sketch(&msg).unwrap();
+    assert_eq!(bins(s.positive_store()), [(1, 2), (2, 2), (3, u32::MAX)]);
+    assert_eq!(report.rounded, 3, "0.4, 1.5 and the zero count");
+    assert_eq!(report.overflow, 6_000_000_000 - u64::from(u32::MAX));
+    // Ten billion zeros, exactly, in a few dozen merges.
+    assert_eq!(s.zero_count(), 10_000_000_000);
+    let mut msg = Vec::new();
+    len(&mut msg, 1, &mapping_msg(G, 0.0, 0));
+    double(&mut msg, 4, 1.8e19);
+    assert_eq!(
+        log_sketch(&msg).unwrap().0.zero_count(),
+        18_000_000_000_000_000_000
+    );
+}
+
+#[test]
+fn invalid_counts_are_refused() {
+    for bad in [-1.0, f64::NAN, f64::INFINITY, -f64::INFINITY, -1e-300] {
+        let mut store = Vec::new();
+        len(&mut store, 2, &packed(&[1.0, bad]));
+        let mut msg = Vec::new();
+        len(&mut msg, 1, &mapping_msg(G, 0.0, 0));
+        len(&mut msg, 3, &store);
+        let err = log_sketch(&msg).unwrap_err();
+        assert!(
+            matches!(err, DecodeError::InvalidCount(c) if c.to_bits() == bad.to_bits()),
+            "{err:?}"
+        );
+        let mut msg = Vec::new();
+        len(&mut msg, 1, &mapping_msg(G, 0.0, 0));
+        double(&mut msg, 4, bad);
+        assert!(matches!(
+            log_sketch(&msg),
+            Err(DecodeError::InvalidCount(_))
+        ));
+    }
+    // An invalid zero count that a later one overrides is fine: last wins.
+    let mut msg = Vec::new();
+    len(&mut msg, 1, &mapping_msg(G, 0.0, 0));
+    double(&mut msg, 4, f64::NAN);
+    double(&mut msg, 4, 2.0);
+    assert_eq!(log_sketch(&msg).unwrap().0.zero_count(), 2);
+}
+
+#[test]
+fn malformed_input_gets_a_typed_error() {
+    let mapping = {
+        let mut m = Vec::new();
+        len(&mut m, 1, &mapping_msg(G, 0.0, 0));
+        m
+    };
+    let with = |tail: &[u8]| [mapping.as_slice(), tail].concat();
+    let cases: Vec<(Vec<u8>, DecodeError)> = vec![
+        (vec![], DecodeError::MissingMapping),
+        (
+            with(&[0x22, 0x01, 0x00]),
+            DecodeError::WrongWireType {
+                field: 4,
+                wire_type: 2,
+            },
+        ),
+        (
+            with(&[0x10, 0x01]),
+            DecodeError::WrongWireType {
+                field: 2,
+                wire_type: 0,
+            },
+        ),
+        (
+            with(&[0x12, 0x03, 0x12, 0x01, 0x00]),
+            DecodeError::InvalidPackedLength(1),
+        ),
+        (with(&[0x12, 0x05]), DecodeError::Truncated),
+        (with(&[0x21, 0, 0, 0]), DecodeError::Truncated),
+        (with(&[0x00]), DecodeError::InvalidTag(0)),
+        (with(&[0x0f]), DecodeError::InvalidWireType(7)),
+        (with(&[0x0c]), DecodeError::InvalidGroup),
+        (with(&[0x0b, 0x14]), DecodeError::InvalidGroup),
+        (with(&[0x80; 11]), DecodeError::VarintOverflow),
+        (
+            with(&[0x80, 0x80, 0x80, 0x80, 0x80, 0x10]),
+            DecodeError::InvalidTag(1 << 39),
+        ),
+        (
+            with(&[0x0a, 0x02, 0x18, 0x03]),
+            DecodeError::InterpolationMismatch {
+                found: 3,
+                expected: Interpolation::None,
+            },
+        ),
+    ];
+    for (bytes, expected) in cases {
+        assert_eq!(log_sketch(&bytes).unwrap_err(), expected, "{bytes:02x?}");
+    }
+    // Deep groups.
+    let mut deep = mapping.clone();
+    for _ in 0..100 {
+        tag(&mut deep, 9, 3);
+    }
+    assert_eq!(log_sketch(&deep).unwrap_err(), DecodeError::InvalidGroup);
+    // Bad mappings.
+    let mut msg = Vec::new();
+    len(&mut msg, 1, &mapping_msg(0.5, 0.0, 0));
+    assert_eq!(
+        log_sketch(&msg).unwrap_err(),
+        DecodeError::Mapping(MappingError::InvalidGamma(0.5))
+    );
+    let mut msg = Vec::new();
+    len(&mut msg, 1, &mapping_msg(G, f64::NAN, 0));
+    assert!(matches!(
+        log_sketch(&msg),
+        Err(DecodeError::Mapping(MappingError::InvalidIndexOffset(_)))
+    ));
+    let mut msg = Vec::new();
+    len(&mut msg, 1, &[]); // present, but γ = 0
+    assert_eq!(
+        log_sketch(&msg).unwrap_err(),
+        DecodeError::Mapping(MappingError::InvalidGamma(0.0))
+    );
+}
+
+#[test]
+fn keys_outside_the_mapping_are_refused() {
+    for (offset, counts) in [
+        (i32::MAX, vec![0.0, 1.0]),
+        (i32::MAX - 1, vec![1.0]),
+        (-40_000, vec![1.0]),
+    ] {
+        let mut store = Vec::new();
+        len(&mut store, 2, &packed(&counts));
+        sint(&mut store, 3, offset);
+        let mut msg = Vec::new();
+        len(&mut msg, 1, &mapping_msg(G, 0.0, 0));
+        len(&mut msg, 2, &store);
+        assert!(
+            matches!(log_sketch(&msg), Err(DecodeError::KeyOutOfRange(_))),
+            "{offset}"
+        );
+    }
+    // Python keys are shifted down: i32::MIN leaves i32.
+    let mut store = Vec::new();
+    len(&mut store, 1, &entry(i32::MIN, 1.0));
+    let mut msg = Vec::new();
+    len(&mut msg, 1, &mapping_msg(G, 0.0, 0));
+    len(&mut msg, 2, &store);
+    let r: Result<(Signed<LogarithmicMapping>, _), _> = decode_ddsketch(&msg, Convention::Python);
+    assert_eq!(
+        r.unwrap_err(),
+        DecodeError::KeyOutOfRange(i64::from(i32::MIN) - 1)
+    );
+}
+
+#[test]
+fn negative_values_need_a_negative_store() {
+    let s = filled(LogarithmicMapping::new(0.01).unwrap());
+    let bytes = encode(&s, Convention::GoJava);
+    let r: Result<(DDSketch<LogarithmicMapping>, _), _> =
+        decode_ddsketch(&bytes, Convention::GoJava);
+    assert_eq!(r.unwrap_err(), DecodeError::NegativeValues);
+    // Negative zeros are fine.
+    let mut store = Vec::new();
+    len(&mut store, 2, &packed(&[0.0, 0.0]));
+    let mut msg = Vec::new();
+    len(&mut msg, 1, &mapping_msg(G, 0.0, 0));
+    len(&mut msg, 3, &store);
+    let r: Result<(DDSketch<LogarithmicMapping>, _), _> = decode_ddsketch(&msg, Convention::GoJava);
+    assert!(r.is_ok());
+}
+
+#[test]
+fn decoding_into_a_small_sketch_collapses_as_adding_would() {
+    type Wide = SignedSketch<CubicMapping, CollapsingLowestStore<4096>>;
+    type Narrow = SignedSketch<CubicMapping, CollapsingLowestStore<100>>;
+    let mapping = CubicMapping::with_gamma(1.02, 0.0).unwrap();
+    let mut wide = Wide::with_mapping(mapping);
+    let mut narrow = Narrow::with_mapping(mapping);
+    for v in data() {
+        wide.add(v).unwrap();
+        narrow.add(v).unwrap();
+    }
+    assert!(wide.collapse().is_none());
+    let bytes = encode(&wide, Convention::GoJava);
+    let (decoded, _): (Narrow, _) = decode_ddsketch(&bytes, Convention::GoJava).unwrap();
+    assert_eq!(decoded.collapse(), narrow.collapse());
+    assert!(decoded.collapse().is_some());
+    assert_eq!(decoded.negative_collapse(), narrow.negative_collapse());
+    assert_eq!(
+        bins(decoded.positive_store()),
+        bins(narrow.positive_store())
+    );
+    assert_eq!(
+        bins(decoded.negative_store()),
+        bins(narrow.negative_store())
+    );
+}
+
+#[test]
+fn decode_into_merges_and_leaves_the_sketch_alone_on_error() {
+    let m = LogarithmicMapping::with_gamma(G, 0.5).unwrap();
+    let mut a = Signed::with_mapping(m);
+    a.add_all(&[1.0, 2.0, -3.0]).unwrap();
+    let bytes = encode(&a, Convention::GoJava);
+    // A sketch over the mapping the bytes describe.
+    let (mut b, _): (Signed<LogarithmicMapping>, _) =
+        decode_ddsketch(&bytes, Convention::GoJava).unwrap();
+    b.add(100.0).unwrap();
+    decode_ddsketch_into(&mut b, &bytes, Convention::GoJava).unwrap();
+    assert_eq!(b.count(), 7);
+    let before = (bins(b.positive_store()), b.count());
+    // A truncated copy: checked before anything is added.
+    let err = decode_ddsketch_into(&mut b, &bytes[..bytes.len() - 3], Convention::GoJava);
+    assert!(err.is_err());
+    let mut tail = bytes.clone();
+    double(&mut tail, 4, -1.0);
+    assert!(decode_ddsketch_into(&mut b, &tail, Convention::GoJava).is_err());
+    assert_eq!((bins(b.positive_store()), b.count()), before);
+    // Another mapping.
+    let other = encode(
+        &Signed::with_mapping(LogarithmicMapping::with_gamma(1.05, 0.5).unwrap()),
+        Convention::GoJava,
+    );
+    assert_eq!(
+        decode_ddsketch_into(&mut b, &other, Convention::GoJava),
+        Err(DecodeError::MappingMismatch)
+    );
+}
+
+#[test]
+fn every_prefix_and_every_byte_flip_is_survived() {
+    let s = filled(CubicMapping::new(0.05).unwrap());
+    let bytes = encode(&s, Convention::GoJava);
+    for cut in 0..bytes.len() {
+        let _ = decode_ddsketch::<CubicMapping, CollapsingLowestStore<64>, CollapsingLowestStore<64>>(
+            &bytes[..cut],
+            Convention::GoJava,
+        );
+    }
+    let mut flipped = bytes.clone();
+    for i in 0..bytes.len().min(600) {
+        for bit in [0x01, 0x80, 0xff] {
+            flipped[i] ^= bit;
+            let _ = decode_ddsketch::<CubicMapping, CollapsingLowestStore<64>, NoStore>(
+                &flipped,
+                Convention::Python,
+            );
+            flipped[i] ^= bit;
+        }
+    }
+}
+
+// ---------------------------------------------------------------------
+// Go and Java: what their `ToProto` writes.
+
+#[test]
+fn gamma_is_what_go_and_java_write() {
+    for a in [0.001f64, 0.01, 0.02, 0.05] {
+        let go_log_gamma = (1.0 + a) / (1.0 - a);
+        let go_linear_gamma = 2f64.powf(1.0 / (1.0 / ((1.0 + a) / (1.0 - a)).ln()));
+        let go_cubic_gamma = (1.0 / (7.0 / (10.0 * (2.0 * a / (1.0 - a)).ln_1p()))).exp2();
+        let ours = [
+            LogarithmicMapping::new(a)
+                .unwrap()
+                .wire_gamma(Convention::GoJava),
+            LinearMapping::new(a)
+                .unwrap()
+                .wire_gamma(Convention::GoJava),
+            CubicMapping::new(a).unwrap().wire_gamma(Convention::GoJava),
+        ];
+        for (g, go) in ours
+            .into_iter()
+            .zip([go_log_gamma, go_linear_gamma, go_cubic_gamma])
+        {
+            assert!((g / go - 1.0).abs() < 1e-14, "α={a}: {g} vs Go {go}");
+        }
+        // Python writes (1+α)/(1−α) for all three.
+        for g in [
+            LinearMapping::new(a)
+                .unwrap()
+                .wire_gamma(Convention::Python),
+            CubicMapping::new(a).unwrap().wire_gamma(Convention::Python),
+        ] {
+            assert!((g / go_log_gamma - 1.0).abs() < 1e-14);
+        }
+    }
+}
+
+/// Go's linear mapping: `index = floor((e + 1 + s) · m)` with
+/// `m = 1/ln((1+α)/(1−α))`, written as `gamma = 2^(1/m)`,
+/// `indexOffset = m` (its `approximateLog(1)` is 1).
+#[test]
+fn a_go_linear_sketch_decodes_with_its_offset() {
+    let a: f64 = 0.02;
+    let m = 1.0 / ((1.0 + a) / (1.0 - a)).ln();
+    let go_index = |v: f64| {
+        let bits = v.to_bits();
+        let e = ((bits >> 52) & 0x7ff) as i64 - 1023;
+        let s = f64::from_bits((bits & ((1 << 52) - 1)) | 0x3ff0_0000_0000_0000);
+        ((e as f64 + s) * m).floor() as i32
+    };
+    let values: Vec<f64> = (0..2000).map(|i| 1.013f64.powi(i) * 0.37).collect();
+    let mut counts: HashMap<i32, f64> = HashMap::new();
+    for &v in &values {
+        *counts.entry(go_index(v)).or_default() += 1.0;
+    }
+    let message = pb::DdSketch {
+        mapping: Some(pb::IndexMapping {
+            gamma: 2f64.powf(1.0 / m),
+            index_offset: m,
+            interpolation: pb::index_mapping::Interpolation::Linear.into(),
+        }),
+        positive_values: Some(pb::Store {
+            bin_counts: counts,
+            contiguous_bin_counts: vec![],
+            contiguous_bin_index_offset: 0,
+        }),
+        negative_values: None,
+        zero_count: 0.0,
+    };
+    let (s, _): (DDSketch<LinearMapping, CollapsingLowestStore<4096>>, _) =
+        decode_ddsketch(&message.encode_to_vec(), Convention::GoJava).unwrap();
+    let mut local =
+        DDSketch::<LinearMapping, CollapsingLowestStore<4096>>::with_mapping(*s.mapping());
+    local.add_all(&values).unwrap();
+    // Our index with Go's parameters is Go's index.
+    assert_eq!(bins(s.positive_store()), bins(local.positive_store()));
+    check_against_exact(&s, &values);
+}
+
+fn check_against_exact<M: IndexMapping, P: Store, N: Store>(s: &DDSketch<M, P, N>, values: &[f64]) {
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let alpha = s.mapping().relative_accuracy();
+    for i in 0..=100 {
+        let q = f64::from(i) / 100.0;
+        let exact = sorted[((q * (sorted.len() - 1) as f64).floor()) as usize];
+        let est = s.quantile(q).unwrap().unwrap();
+        assert!(
+            (est - exact).abs() <= alpha * exact.abs() * (1.0 + 1e-9),
+            "q={q}: {est} vs exact {exact} (α={alpha})"
+        );
+    }
+}
+
+// ---------------------------------------------------------------------
+// libdd-ddsketch: DataDog's Rust sketch (the agent's trace stats).
+
+/// libdd-ddsketch's quantile, from its `ordered_bins`, by the same lower
+/// rank rule as ours.
+fn libdd_quantile(s: &libdd_ddsketch::DDSketch, q: f64) -> f64 {
+    let bins = s.ordered_bins();
+    let n = s.count();
+    let rank = (q * (n - 1.0)).floor();
+    let mut seen = 0.0;
+    for (value, weight) in bins {
+        seen += weight;
+        if seen > rank {
+            return value;
+        }
+    }
+    f64::NAN
+}
+
+fn libdd_values() -> Vec<f64> {
+    (0..5000)
+        .map(|i| 1e3 * 1.0021f64.powi(i) + f64::from(i % 13))
+        .collect()
+}
+
+#[test]
+fn libdd_bytes_decode_here_to_the_same_quantiles() {
+    let values = libdd_values();
+    let mut theirs = libdd_ddsketch::DDSketch::default();
+    for &v in &values {
+        theirs.add(v).unwrap();
+    }
+    theirs.add(0.0).unwrap();
+    let mut with_zero = values.clone();
+    with_zero.push(0.0);
+    let quantiles: Vec<f64> = (0..=100)
+        .map(|i| libdd_quantile(&theirs, f64::from(i) / 100.0))
+        .collect();
+    let bytes = theirs.encode_to_vec();
+    let (ours, report): (DDSketch<LogarithmicMapping, CollapsingLowestStore<4096>>, _) =
+        decode_ddsketch(&bytes, Convention::GoJava).unwrap();
+    assert_eq!(report, DecodeReport::default());
+    // libdd-ddsketch writes a fractional index offset.
+    assert!(ours.mapping().index_offset().fract() != 0.0);
+    assert_eq!(ours.count(), 5001);
+    for (i, theirs_q) in quantiles.iter().enumerate() {
+        let q = i as f64 / 100.0;
+        let est = ours.quantile(q).unwrap().unwrap();
+        // Same buckets, same representative up to ulps; the ends are
+        // clamped into our (representative) min and max.
+        assert!(
+            (est - theirs_q).abs() <= 1e-12 * theirs_q.abs(),
+            "q={q}: {est} vs {theirs_q}"
+        );
+    }
+    check_against_exact(&ours, &with_zero);
+}
+
+#[test]
+fn our_bytes_decode_in_libdd_ddsketch_and_in_prost() {
+    let values = libdd_values();
+    // libdd-ddsketch's own mapping, so that its (exact-log, positive-only)
+    // decoder applies.
+    let alpha: f64 = 0.007751937984496124;
+    let gamma = (1.0 + alpha) / (1.0 - alpha);
+    let offset = (1.0 - (1e-9f64.ln() / gamma.ln()).floor()) + 0.5;
+    let mapping = LogarithmicMapping::with_gamma(gamma, offset).unwrap();
+    let mut ours =
+        DDSketch::<LogarithmicMapping, CollapsingLowestStore<4096>>::with_mapping(mapping);
+    ours.add_all(&values).unwrap();
+    ours.add_weighted(0.0, 3).unwrap();
+    let bytes = encode(&ours, Convention::GoJava);
+
+    let theirs = libdd_ddsketch::DDSketch::from_encoded(&bytes).expect("libdd decodes our bytes");
+    assert_eq!(theirs.count(), ours.count() as f64);
+    for i in 0..=100 {
+        let q = f64::from(i) / 100.0;
+        let (a, b) = (
+            ours.quantile(q).unwrap().unwrap(),
+            libdd_quantile(&theirs, q),
+        );
+        let tol = if i == 100 { 2.0 * alpha } else { 1e-12 };
+        assert!((a - b).abs() <= tol * a.abs(), "q={q}: ours {a}, libdd {b}");
+    }
+
+    // Field by field through prost and libdd's generated types.
+    for (s, convention) in [
+        (filled(CubicMapping::new(0.01).unwrap()), Convention::GoJava),
+        (filled(CubicMapping::new(0.01).unwrap()), Convention::Python),
+    ] {
+        let msg = pb::DdSketch::decode(encode(&s, convention).as_slice()).unwrap();
+        let m = msg.mapping.unwrap();
+        assert_eq!(m.gamma, s.mapping().wire_gamma(convention));
+        assert_eq!(m.index_offset, 0.0);
+        assert_eq!(
+            m.interpolation,
+            pb::index_mapping::Interpolation::Cubic as i32
+        );
+        assert_eq!(msg.zero_count, s.zero_count() as f64);
+        let shift = if convention == Convention::Python {
+            1
+        } else {
+            0
+        };
+        for (store, wire) in [
+            (s.positive_store(), msg.positive_values.unwrap()),
+            (s.negative_store(), msg.negative_values.unwrap()),
+        ] {
+            assert!(wire.bin_counts.is_empty());
+            let (lo, hi) = store.key_range().unwrap();
+            assert_eq!(wire.contiguous_bin_index_offset, lo + shift);
+            let expected: Vec<f64> = (lo..=hi).map(|k| f64::from(store.count_of(k))).collect();
+            assert_eq!(wire.contiguous_bin_counts, expected);
+        }
+    }
+}
+
+/// Found by fuzzing: a γ of `f64::MAX` named scale −10 (whose base is
+/// infinite) or a mapping whose own γ rounds to infinity; what decodes
+/// must encode again.
+#[test]
+fn what_decodes_encodes_even_at_extreme_gammas() {
+    use tailguard::mapping::ExponentialMapping;
+    for gamma in [f64::MAX, f64::MAX / 2.0, 1e300, 1.0 + f64::EPSILON] {
+        for convention in [Convention::GoJava, Convention::Python] {
+            let mut msg = Vec::new();
+            len(&mut msg, 1, &mapping_msg(gamma, 0.0, 0));
+            let r: Result<(Signed<ExponentialMapping>, _), _> = decode_ddsketch(&msg, convention);
+            if let Ok((s, _)) = r {
+                assert!(ddsketch_encoded_len(&s, convention).is_ok(), "{gamma:e}");
+            }
+            let r: Result<(Signed<LogarithmicMapping>, _), _> = decode_ddsketch(&msg, convention);
+            if let Ok((s, _)) = r {
+                assert!(ddsketch_encoded_len(&s, convention).is_ok(), "{gamma:e}");
+            }
+        }
+    }
+    let mut msg = Vec::new();
+    len(&mut msg, 1, &mapping_msg(f64::MAX, 0.0, 0));
+    let r: Result<(Signed<ExponentialMapping>, _), _> = decode_ddsketch(&msg, Convention::GoJava);
+    assert!(matches!(
+        r,
+        Err(DecodeError::Mapping(MappingError::InvalidGamma(_)))
+    ));
+}
