@@ -1071,9 +1071,10 @@ pub fn step(at_ns: u64, after_ns: u64, truth_draws: usize, seed: u64) -> Step {
     });
     let rows = vec![
         setup.run("no hedging", || ours(no_hedging())),
-        setup.run("adaptive p90 (ours, default: 1 000 samples or 30 s)", || {
-            ours(HedgeConfig::DEFAULT)
-        }),
+        setup.run(
+            "adaptive p90 (ours, default: 1 000 samples or 30 s)",
+            || ours(HedgeConfig::DEFAULT),
+        ),
         setup.run("adaptive p90 (ours, 30 s rotation only)", || {
             ours(HedgeConfig::DEFAULT.rotation_samples(u64::MAX))
         }),
