@@ -20,7 +20,8 @@ use core::fmt;
 /// Zero, and magnitudes below the mapping's
 /// [`min_indexable_value`](IndexMapping::min_indexable_value) (≈ 2·10⁻³⁰⁸,
 /// subnormals and `-0.0` included), are counted in a zero bucket and
-/// reported as 0.
+/// reported as 0. A sketch without a negative store refuses every negative
+/// value, however small, and takes `-0.0` as `0.0`.
 ///
 /// # Accuracy
 /// For every `q`, [`quantile(q)`](Self::quantile) returns a value within
@@ -136,7 +137,8 @@ impl DDSketch {
     /// buckets, no negative values) with relative accuracy α.
     ///
     /// # Errors
-    /// [`SketchError::Mapping`] if α is not in `(0, 1)`.
+    /// [`SketchError::Mapping`] if α is not in `[1e-7, 1)`
+    /// ([`MIN_RELATIVE_ACCURACY`](crate::mapping::MIN_RELATIVE_ACCURACY)).
     pub fn new(relative_accuracy: f64) -> Result<Self, SketchError> {
         Self::with_accuracy(relative_accuracy)
     }
@@ -147,7 +149,8 @@ impl<M: IndexMapping, P: Store, N: Store> DDSketch<M, P, N> {
     /// the type, e.g. `let s: SignedSketch = SignedSketch::with_accuracy(0.01)?;`.
     ///
     /// # Errors
-    /// [`SketchError::Mapping`] if α is not in `(0, 1)`.
+    /// [`SketchError::Mapping`] if α is not in `[1e-7, 1)`
+    /// ([`MIN_RELATIVE_ACCURACY`](crate::mapping::MIN_RELATIVE_ACCURACY)).
     pub fn with_accuracy(relative_accuracy: f64) -> Result<Self, SketchError>
     where
         M: FromRelativeAccuracy,
@@ -175,8 +178,9 @@ impl<M: IndexMapping, P: Store, N: Store> DDSketch<M, P, N> {
     /// # Errors
     /// [`NotANumber`](SketchError::NotANumber),
     /// [`ValueOutOfRange`](SketchError::ValueOutOfRange) (±infinity
-    /// included) or [`NegativeValue`](SketchError::NegativeValue); the
-    /// sketch is unchanged.
+    /// included) or [`NegativeValue`](SketchError::NegativeValue) (any
+    /// value below zero, subnormals included, when the sketch has no
+    /// negative store); the sketch is unchanged.
     #[inline]
     pub fn add(&mut self, value: f64) -> Result<(), SketchError> {
         self.insert(value, 1)
@@ -208,21 +212,30 @@ impl<M: IndexMapping, P: Store, N: Store> DDSketch<M, P, N> {
             .try_for_each(|(i, &value)| self.insert(value, 1).map_err(|e| (i, e)))
     }
 
-    /// Adds `weight` samples of the same value. A weight of 0 adds nothing
-    /// and succeeds.
+    /// Adds `weight` samples of the same value. A weight of 0 adds nothing,
+    /// but the value is checked as [`add`](Self::add) checks it.
     ///
     /// # Errors
-    /// As [`add`](Self::add).
+    /// As [`add`](Self::add), whatever the weight.
     #[inline]
     pub fn add_weighted(&mut self, value: f64, weight: u32) -> Result<(), SketchError> {
         if weight == 0 {
-            return if value.is_nan() {
-                Err(SketchError::NotANumber)
-            } else {
-                Ok(())
-            };
+            return self.check(value);
         }
         self.insert(value, weight)
+    }
+
+    /// What [`add`](Self::add) would answer for `value`, without adding it.
+    fn check(&self, value: f64) -> Result<(), SketchError> {
+        if value.is_nan() {
+            Err(SketchError::NotANumber)
+        } else if value.abs() > self.mapping.max_indexable_value() {
+            Err(SketchError::ValueOutOfRange(value))
+        } else if value < 0.0 && N::CAPACITY == 0 {
+            Err(SketchError::NegativeValue(value))
+        } else {
+            Ok(())
+        }
     }
 
     #[inline(always)]
@@ -269,12 +282,19 @@ impl<M: IndexMapping, P: Store, N: Store> DDSketch<M, P, N> {
         if magnitude > self.mapping.max_indexable_value() {
             return Err(SketchError::ValueOutOfRange(value));
         }
+        if value < 0.0 && N::CAPACITY == 0 {
+            // Even one too small to index: it is still negative.
+            return Err(SketchError::NegativeValue(value));
+        }
         if magnitude < self.mapping.min_indexable_value() {
             self.zero_count = self.zero_count.saturating_add(u64::from(weight));
-        } else if value < 0.0 {
-            if N::CAPACITY == 0 {
-                return Err(SketchError::NegativeValue(value));
-            }
+            // An unsigned sketch takes `-0.0` as `0.0`: its minimum and
+            // maximum are never negative.
+            let zero = if N::CAPACITY == 0 { magnitude } else { value };
+            self.note(zero, weight);
+            return Ok(());
+        }
+        if value < 0.0 {
             self.negative.add(self.mapping.index(magnitude), weight);
         } else {
             self.positive.add(self.mapping.index(value), weight);
@@ -584,7 +604,8 @@ pub trait FromRelativeAccuracy: Sized {
     /// The mapping for relative accuracy α.
     ///
     /// # Errors
-    /// [`MappingError::InvalidRelativeAccuracy`] unless `0 < α < 1`.
+    /// [`MappingError::InvalidRelativeAccuracy`] unless
+    /// [`MIN_RELATIVE_ACCURACY`](crate::mapping::MIN_RELATIVE_ACCURACY)` <= α < 1`.
     fn from_relative_accuracy(relative_accuracy: f64) -> Result<Self, MappingError>;
 }
 

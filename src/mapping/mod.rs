@@ -103,14 +103,21 @@ pub trait IndexMapping: Copy + fmt::Debug + PartialEq {
     fn max_indexable_value(&self) -> f64;
 }
 
+/// The smallest relative accuracy a mapping accepts. Below it the keys of
+/// ordinary values would not fit `i32`: at `10⁻⁹` the indexable range would
+/// shrink to about `[0.03, 35]`.
+pub const MIN_RELATIVE_ACCURACY: f64 = 1e-7;
+
 /// Why a mapping could not be built.
 #[derive(Clone, Copy, Debug, PartialEq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 #[non_exhaustive]
 pub enum MappingError {
-    /// The relative accuracy must lie strictly between 0 and 1.
+    /// The relative accuracy must lie in
+    /// `[`[`MIN_RELATIVE_ACCURACY`]`, 1)`.
     InvalidRelativeAccuracy(f64),
-    /// γ must be finite and greater than 1.
+    /// γ must be finite, greater than 1, and not so close to 1 that the
+    /// relative accuracy it implies is below [`MIN_RELATIVE_ACCURACY`].
     InvalidGamma(f64),
     /// The index offset must be finite and small enough that keys fit `i32`.
     InvalidIndexOffset(f64),
@@ -121,11 +128,11 @@ impl fmt::Display for MappingError {
         match self {
             Self::InvalidRelativeAccuracy(a) => write!(
                 f,
-                "relative accuracy {a} is not in (0, 1); pick e.g. 0.01 for 1 % error"
+                "relative accuracy {a} is not in [1e-7, 1); pick e.g. 0.01 for 1 % error"
             ),
             Self::InvalidGamma(g) => write!(
                 f,
-                "gamma {g} is not a finite number greater than 1; derive it from a relative accuracy instead"
+                "gamma {g} is not a finite number far enough above 1 (relative accuracy at least 1e-7); derive it from a relative accuracy instead"
             ),
             Self::InvalidIndexOffset(o) => write!(
                 f,
@@ -199,13 +206,12 @@ impl<L: LogApproximation> LogLikeMapping<L> {
     /// with index offset 0.
     ///
     /// # Errors
-    /// [`MappingError::InvalidRelativeAccuracy`] unless `0 < α < 1`, or if α
-    /// is so small that the keys of ordinary values would not fit `i32`
-    /// (below about `1e-7`).
+    /// [`MappingError::InvalidRelativeAccuracy`] unless
+    /// [`MIN_RELATIVE_ACCURACY`]` <= α < 1`.
     pub fn new(relative_accuracy: f64) -> Result<Self, MappingError> {
         let a = relative_accuracy;
-        // `!(a > 0.0 && a < 1.0)` also rejects NaN.
-        if !(a > 0.0 && a < 1.0) {
+        // The negated form also rejects NaN.
+        if !(MIN_RELATIVE_ACCURACY..1.0).contains(&a) {
             return Err(MappingError::InvalidRelativeAccuracy(a));
         }
         let ln_gamma = libm::log1p(2.0 * a / (1.0 - a));
@@ -218,7 +224,10 @@ impl<L: LogApproximation> LogLikeMapping<L> {
     /// accuracy follows from γ.
     ///
     /// # Errors
-    /// [`MappingError::InvalidGamma`] unless γ is finite and `> 1`;
+    /// [`MappingError::InvalidGamma`] unless γ is finite and `> 1`, and far
+    /// enough above 1 that the relative accuracy it implies is at least
+    /// [`MIN_RELATIVE_ACCURACY`] (less 1 %, so that every mapping's own γ
+    /// is taken back);
     /// [`MappingError::InvalidIndexOffset`] unless the offset is finite and
     /// leaves the indexable range non-empty.
     pub fn with_gamma(gamma: f64, index_offset: f64) -> Result<Self, MappingError> {
@@ -231,7 +240,7 @@ impl<L: LogApproximation> LogLikeMapping<L> {
         let ln_gamma = libm::log(gamma);
         let multiplier = L::LN_BASE / ln_gamma;
         let relative_accuracy = 1.0 - 2.0 / (1.0 + libm::exp(L::CORRECTING_FACTOR * ln_gamma));
-        if !(relative_accuracy > 0.0 && relative_accuracy < 1.0) {
+        if !(0.99 * MIN_RELATIVE_ACCURACY..1.0).contains(&relative_accuracy) {
             return Err(MappingError::InvalidGamma(gamma));
         }
         Self::build(multiplier, index_offset, relative_accuracy)
