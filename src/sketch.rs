@@ -316,7 +316,10 @@ impl<M: IndexMapping, P: Store, N: Store> DDSketch<M, P, N> {
         self.count() == 0
     }
 
-    /// Sum of the samples added (it may reach ±infinity for huge values).
+    /// Sum of the samples added, those [`saturated`](Self::saturated)
+    /// dropped from their bucket included (it may reach ±infinity for huge
+    /// values). Float additions in the order the samples came: a merge adds
+    /// the two sums, so it equals a single stream's sum up to rounding.
     pub fn sum(&self) -> Option<f64> {
         (!self.is_empty()).then_some(self.sum)
     }
@@ -331,9 +334,13 @@ impl<M: IndexMapping, P: Store, N: Store> DDSketch<M, P, N> {
         (!self.is_empty()).then_some(self.max)
     }
 
-    /// The mean of the samples, or `None` when empty.
+    /// The mean of every sample added ([`sum`](Self::sum) over
+    /// [`count`](Self::count) plus [`saturated`](Self::saturated)), clamped
+    /// into `[min, max]` against the rounding of the sum; `None` when empty.
     pub fn mean(&self) -> Option<f64> {
-        self.sum().map(|s| s / self.count() as f64)
+        let all = self.count().saturating_add(self.saturated());
+        self.sum()
+            .map(|s| clamp(s / all as f64, self.min, self.max))
     }
 
     /// Samples counted in the zero bucket.
@@ -460,6 +467,15 @@ impl<M: IndexMapping, P: Store, N: Store> DDSketch<M, P, N> {
     /// `< min_indexable_value` inside the zero bucket). Exactly 0 below the
     /// minimum and 1 at or above the maximum.
     ///
+    /// After a collapse, the collapsed bucket counts whole for every value
+    /// it may stand for, so the lower bound holds still and the upper one
+    /// widens on the collapsed side (`bound` from [`collapse`](Self::collapse)
+    /// or [`negative_collapse`](Self::negative_collapse)): for a
+    /// collapsing-lowest store, to `< max(value, bound) · γ`, and to `< 0`
+    /// for a negative `value > −bound · γ`; for a collapsing-highest store,
+    /// to every sample (1) for `value >= bound / γ`, and to
+    /// `< max(value, −bound) / γ` for a negative `value`.
+    ///
     /// # Errors
     /// [`SketchError::NotANumber`] if `value` is NaN.
     pub fn rank(&self, value: f64) -> Result<Option<f64>, SketchError> {
@@ -478,23 +494,25 @@ impl<M: IndexMapping, P: Store, N: Store> DDSketch<M, P, N> {
         }
         let negatives = self.negative.total();
         let magnitude = value.abs().min(self.mapping.max_indexable_value());
+        // A collapsed bucket counts whole for every key it stands for.
         let below = if value >= self.mapping.min_indexable_value() {
             let key = self.mapping.index(magnitude);
             negatives
                 .saturating_add(self.zero_count)
-                .saturating_add(self.positive.count_at_or_below(key))
+                .saturating_add(self.positive.count_covering_at_or_below(key))
         } else if value > -self.mapping.min_indexable_value() {
             negatives.saturating_add(self.zero_count)
         } else {
             let key = self.mapping.index(magnitude);
-            // The counts below a key are part of the total.
-            negatives.saturating_sub(self.negative.count_at_or_below(key.saturating_sub(1)))
+            self.negative.count_covering_at_or_above(key)
         };
         Ok(Some((below as f64 / n as f64).min(1.0)))
     }
 
     /// Adds every sample of `other` to this sketch. Bucket counts add
-    /// exactly, so the result equals the sketch of both streams.
+    /// exactly, so the result equals the sketch of both streams in every
+    /// field (counts, saturated samples, collapse, minimum and maximum), the
+    /// float [`sum`](Self::sum) up to the rounding of its additions.
     ///
     /// # Errors
     /// [`SketchError::MappingMismatch`] if the mappings differ; this sketch

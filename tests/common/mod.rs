@@ -3,6 +3,8 @@
 #![allow(dead_code)]
 
 use proptest::prelude::*;
+use std::collections::BTreeMap;
+use tailguard::store::{Collapse, StoreCollapse};
 use tailguard::{DDSketch, IndexMapping, Store};
 
 /// Proptest cases: `PROPTEST_CASES` if set, otherwise `default`.
@@ -305,37 +307,65 @@ pub fn check_quantiles<M: IndexMapping, P: Store, N: Store>(
     Ok(())
 }
 
-/// `rank(v)` lies between the exact fractions of samples `<= v` and of
-/// samples in buckets up to `v`'s: `< v·γ` for positive `v`, `< v/γ` for
-/// negative `v`, `< min_indexable` inside the zero bucket.
-pub fn check_rank<M: IndexMapping, P: Store, N: Store>(
+/// The exclusive upper limit the documented `rank(v)` bounds give: `rank(v)`
+/// is at most the fraction of samples `< limit`. Without a collapse, `v·γ`
+/// for positive `v` (`v/γ` for negative `v`, `min_indexable` inside the zero
+/// bucket). After a collapse the collapsed bucket counts whole: for a
+/// collapsing-lowest store `max(v, bound)·γ` (0 for negative `v` above
+/// `−bound·γ`); for a collapsing-highest store `+∞` for `v >= bound/γ`
+/// (`max(v, −bound)/γ` for negative `v`).
+pub fn rank_limit<M: IndexMapping, P: Store, N: Store>(
     sketch: &DDSketch<M, P, N>,
-    sorted: &[f64],
+    side: Side,
     v: f64,
-) -> Result<(), TestCaseError> {
+) -> f64 {
     let m = sketch.mapping();
     let alpha = m.relative_accuracy();
     let gamma = (1.0 + alpha) / (1.0 - alpha) * (1.0 + SLACK);
     let min_idx = m.min_indexable_value();
+    if v >= min_idx {
+        match (side, sketch.collapse()) {
+            (_, None) => v * gamma,
+            (Side::Lowest, Some(c)) => v.max(c.bound) * gamma,
+            (Side::Highest, Some(c)) if v * gamma >= c.bound => f64::INFINITY,
+            (Side::Highest, Some(_)) => v * gamma,
+        }
+    } else if v <= -min_idx {
+        match (side, sketch.negative_collapse()) {
+            (_, None) => v / gamma,
+            (Side::Lowest, Some(c)) if v > -c.bound * gamma => 0.0,
+            (Side::Lowest, Some(_)) => v / gamma,
+            (Side::Highest, Some(c)) => v.max(-c.bound) / gamma,
+        }
+    } else {
+        min_idx
+    }
+}
+
+/// `rank(v)` lies between the exact fractions of samples `<= v` and of
+/// samples `< rank_limit(v)`.
+pub fn check_rank<M: IndexMapping, P: Store, N: Store>(
+    sketch: &DDSketch<M, P, N>,
+    side: Side,
+    sorted: &[f64],
+    v: f64,
+) -> Result<(), TestCaseError> {
     let n = sorted.len() as f64;
     let est = sketch.rank(v).expect("not NaN").expect("not empty");
     let at_or_below = sorted.partition_point(|&x| x <= v) as f64 / n;
-    let limit = if v >= min_idx {
-        v * gamma
-    } else if v <= -min_idx {
-        v / gamma
-    } else {
-        min_idx
-    };
+    let limit = rank_limit(sketch, side, v);
     let below_limit = sorted.partition_point(|&x| x < limit) as f64 / n;
     // Fractions are compared with a little float slack.
     prop_assert!(
         est >= at_or_below - 1e-12 && est <= below_limit.max(at_or_below) + 1e-12,
-        "rank({:e}) = {} not in [{}, {}]",
+        "rank({:e}) = {} not in [{}, {}] (limit {:e}, collapse {:?} / {:?})",
         v,
         est,
         at_or_below,
-        below_limit
+        below_limit,
+        limit,
+        sketch.collapse(),
+        sketch.negative_collapse()
     );
     Ok(())
 }
@@ -390,12 +420,92 @@ pub fn check_all<M: IndexMapping, P: Store, N: Store>(
     check_quantiles(sketch, side, sorted)?;
     let sum = data.iter().fold(0.0, |s, &v| s + v);
     prop_assert_eq!(sketch.sum().map(f64::to_bits), Some(sum.to_bits()));
-    prop_assert_eq!(
-        sketch.mean().map(f64::to_bits),
-        Some((sum / data.len() as f64).to_bits())
-    );
+    // The mean, clamped into [min, max] against the rounding of the sum.
+    let mean = (sum / data.len() as f64).clamp(sorted[0], sorted[sorted.len() - 1]);
+    prop_assert_eq!(sketch.mean().map(f64::to_bits), Some(mean.to_bits()));
     for v in rank_probes(sorted) {
-        check_rank(sketch, sorted, v)?;
+        check_rank(sketch, side, sorted, v)?;
     }
     Ok(())
+}
+
+/// What a collapsing store must hold after taking some `(key, weight)`s.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoreModel {
+    /// Non-empty buckets, ascending, each holding `min(weight, u32::MAX)`.
+    pub bins: Vec<(i32, u32)>,
+    /// The weight that did not fit its bucket's counter.
+    pub saturated: u64,
+    pub collapse: Option<StoreCollapse>,
+}
+
+impl StoreModel {
+    pub fn total(&self) -> u64 {
+        self.bins.iter().map(|&(_, c)| u64::from(c)).sum()
+    }
+}
+
+/// The exact contents of a collapsing store, from the multiset of keys alone.
+///
+/// With `lo` and `hi` the smallest and largest keys, nothing folds while
+/// `hi − lo < N`; otherwise collapsing-lowest keeps `hi − N + 1 ..= hi` and
+/// folds every smaller key into `hi − N + 1`, and collapsing-highest keeps
+/// `lo ..= lo + N − 1` and folds every larger key into `lo + N − 1`. A
+/// bucket whose weight `W` passes `u32::MAX` holds `u32::MAX` and
+/// `W − u32::MAX` is saturated. The collapse counts the folded weight, but
+/// never more than the edge bucket holds.
+pub fn store_model(side: Collapse, capacity: usize, adds: &[(i32, u32)]) -> StoreModel {
+    let mut keys: BTreeMap<i32, u64> = BTreeMap::new();
+    for &(k, c) in adds.iter().filter(|a| a.1 > 0) {
+        *keys.entry(k).or_default() += u64::from(c);
+    }
+    let (Some((&lo, _)), Some((&hi, _))) = (keys.first_key_value(), keys.last_key_value()) else {
+        return StoreModel {
+            bins: vec![],
+            saturated: 0,
+            collapse: None,
+        };
+    };
+    let n = capacity as i64;
+    let mut folded: BTreeMap<i32, u64> = BTreeMap::new();
+    let mut collapse = None;
+    if i64::from(hi) - i64::from(lo) < n {
+        folded = keys;
+    } else {
+        let (edge, boundary) = match side {
+            Collapse::Lowest => {
+                let edge = (i64::from(hi) - n + 1) as i32;
+                (edge, edge + 1)
+            }
+            Collapse::Highest => {
+                let edge = (i64::from(lo) + n - 1) as i32;
+                (edge, edge)
+            }
+        };
+        let mut samples = 0;
+        for (&k, &c) in &keys {
+            let kept = match side {
+                Collapse::Lowest => k.max(edge),
+                Collapse::Highest => k.min(edge),
+            };
+            if kept != k {
+                samples += c;
+            }
+            *folded.entry(kept).or_default() += c;
+        }
+        let at_edge = folded[&edge].min(u64::from(u32::MAX));
+        collapse = Some(StoreCollapse {
+            samples: samples.min(at_edge),
+            boundary,
+        });
+    }
+    let max = u64::from(u32::MAX);
+    StoreModel {
+        bins: folded
+            .iter()
+            .map(|(&k, &c)| (k, c.min(max) as u32))
+            .collect(),
+        saturated: folded.values().map(|&c| c.saturating_sub(max)).sum(),
+        collapse,
+    }
 }
