@@ -14,7 +14,7 @@ use core::fmt;
 ///   which covers a dynamic range of `2^(1024 / 35)` ≈ 6·10⁸ (1 µs to
 ///   10 minutes in nanoseconds) at α = 1 % before it collapses.
 /// * `N` stores negative values, keyed on `−v`: [`NoStore`] by default, so
-///   the default sketch rejects negative values and takes 4 KiB plus 136 bytes;
+///   the default sketch rejects negative values and takes 4 KiB plus 152 bytes;
 ///   use [`SignedSketch`] for data of both signs.
 ///
 /// Zero, and magnitudes below the mapping's
@@ -24,10 +24,15 @@ use core::fmt;
 /// value, however small, and takes `-0.0` as `0.0`.
 ///
 /// # Accuracy
-/// For every `q`, [`quantile(q)`](Self::quantile) returns a value within
-/// relative distance α of the exact lower quantile `sorted[⌊q·(n−1)⌋]`, as
-/// long as no bucket on the way has collapsed: after a collapse of the
-/// lowest buckets, quantiles whose exact value lies at or above
+/// For every `q`, [`quantile(q)`](Self::quantile) returns a value `x̂`
+/// within relative distance α of the exact lower quantile
+/// `x = sorted[⌊q·(n−1)⌋]`: `|x̂ − x| ≤ α·|x|` exactly, in real arithmetic
+/// on the doubles `x̂`, `x` and α (`mapping().relative_accuracy()`), with
+/// no rounding slack (the mapping's buckets are narrower than `γ` by a
+/// margin that covers every rounding; see
+/// [`LogLikeMapping`](crate::mapping::LogLikeMapping)). The exceptions are
+/// documented: `x` in the zero bucket is answered 0, and after a collapse
+/// of the lowest buckets, quantiles whose exact value lies at or above
 /// [`collapse`](Self::collapse)`().bound` keep the guarantee and those below
 /// it are over-estimated (never under-estimated). Answers are clamped into
 /// the exact `[min, max]`.
@@ -464,8 +469,11 @@ impl<M: IndexMapping, P: Store, N: Store> DDSketch<M, P, N> {
     /// Samples are counted by bucket: all of `value`'s bucket counts as
     /// `<= value`, so the answer lies between the exact fractions of samples
     /// `<= value` and `< value · γ` (`< value / γ` for a negative `value`;
-    /// `< min_indexable_value` inside the zero bucket). Exactly 0 below the
-    /// minimum and 1 at or above the maximum.
+    /// `< min_indexable_value` inside the zero bucket), with
+    /// `γ = (1 + α) / (1 − α)`; both bounds hold exactly, in real
+    /// arithmetic on the doubles (the query is widened by the mapping's
+    /// [`key_slack`](IndexMapping::key_slack), which the margin covers).
+    /// Exactly 0 below the minimum and 1 at or above the maximum.
     ///
     /// After a collapse, the collapsed bucket counts whole for every value
     /// it may stand for, so the lower bound holds still and the upper one
@@ -493,18 +501,35 @@ impl<M: IndexMapping, P: Store, N: Store> DDSketch<M, P, N> {
             return Ok(Some(0.0));
         }
         let negatives = self.negative.total();
-        let magnitude = value.abs().min(self.mapping.max_indexable_value());
-        // A collapsed bucket counts whole for every key it stands for.
-        let below = if value >= self.mapping.min_indexable_value() {
-            let key = self.mapping.index(magnitude);
+        let (low, high) = (
+            self.mapping.min_indexable_value(),
+            self.mapping.max_indexable_value(),
+        );
+        // Keys are monotone only up to the mapping's slack: widen the query
+        // by it, so that every sample at or below `value` is counted. A
+        // collapsed bucket counts whole for every key it stands for.
+        let widen = 1.0 + self.mapping.key_slack();
+        let below = if value >= low {
+            let up = value * widen;
+            let positives = if up > high {
+                self.positive.total()
+            } else {
+                self.positive
+                    .count_covering_at_or_below(self.mapping.index(up))
+            };
             negatives
                 .saturating_add(self.zero_count)
-                .saturating_add(self.positive.count_covering_at_or_below(key))
-        } else if value > -self.mapping.min_indexable_value() {
+                .saturating_add(positives)
+        } else if value > -low {
             negatives.saturating_add(self.zero_count)
         } else {
-            let key = self.mapping.index(magnitude);
-            self.negative.count_covering_at_or_above(key)
+            let down = -value / widen;
+            if down < low {
+                negatives
+            } else {
+                self.negative
+                    .count_covering_at_or_above(self.mapping.index(down))
+            }
         };
         Ok(Some((below as f64 / n as f64).min(1.0)))
     }

@@ -144,9 +144,6 @@ pub enum Side {
     Highest,
 }
 
-/// Floating slack on top of α.
-pub const SLACK: f64 = 1e-12;
-
 /// Exact lower quantile, with the same rank arithmetic the sketch documents:
 /// `sorted[floor(q·(n−1))]`.
 pub fn exact_quantile(sorted: &[f64], q: f64) -> f64 {
@@ -176,8 +173,19 @@ pub fn feed<M: IndexMapping, P: Store, N: Store>(
     Ok(())
 }
 
+/// Whether `e >= x · (1 − a)`, exactly (`x` positive normal).
+pub fn not_below(e: f64, x: f64, a: f64) -> bool {
+    e >= x || within(e, x, a)
+}
+
+/// Whether `e <= x · (1 + a)`, exactly (`x` positive normal).
+pub fn not_above(e: f64, x: f64, a: f64) -> bool {
+    e <= x || within(e, x, a)
+}
+
 /// Checks one estimate `est` of the exact quantile `x` against the α
-/// guarantee, relaxed on the collapsed side of a collapsed store.
+/// guarantee, exactly (no rounding slack), relaxed on the collapsed side of
+/// a collapsed store as documented.
 pub fn check_estimate<M: IndexMapping, P: Store, N: Store>(
     sketch: &DDSketch<M, P, N>,
     side: Side,
@@ -205,7 +213,6 @@ pub fn check_estimate<M: IndexMapping, P: Store, N: Store>(
     } else {
         sketch.negative_collapse()
     };
-    let tol = (alpha + SLACK) * mag;
     let exact_side = match collapse {
         None => true,
         Some(c) => match side {
@@ -215,7 +222,7 @@ pub fn check_estimate<M: IndexMapping, P: Store, N: Store>(
     };
     if exact_side {
         prop_assert!(
-            (est - x).abs() <= tol,
+            within(est, x, alpha),
             "q={} exact={:e} est={:e} rel err={:e} alpha={} collapse={:?}",
             q,
             x,
@@ -241,7 +248,7 @@ pub fn check_estimate<M: IndexMapping, P: Store, N: Store>(
             // Over-estimated in magnitude, never under beyond α, and at most
             // up to the collapsed bucket's representative.
             prop_assert!(
-                e >= mag * (1.0 - alpha - SLACK),
+                not_below(e, mag, alpha),
                 "collapsed low: q={} exact={:e} est={:e} bound={:e}",
                 q,
                 x,
@@ -249,7 +256,7 @@ pub fn check_estimate<M: IndexMapping, P: Store, N: Store>(
                 bound
             );
             prop_assert!(
-                e <= mag.max(bound) * (1.0 + alpha + SLACK),
+                not_above(e, mag.max(bound), alpha),
                 "collapsed low too high: q={} exact={:e} est={:e} bound={:e}",
                 q,
                 x,
@@ -259,7 +266,7 @@ pub fn check_estimate<M: IndexMapping, P: Store, N: Store>(
         }
         Side::Highest => {
             prop_assert!(
-                e <= mag * (1.0 + alpha + SLACK),
+                not_above(e, mag, alpha),
                 "collapsed high: q={} exact={:e} est={:e} bound={:e}",
                 q,
                 x,
@@ -267,7 +274,7 @@ pub fn check_estimate<M: IndexMapping, P: Store, N: Store>(
                 bound
             );
             prop_assert!(
-                e >= mag.min(bound) * (1.0 - alpha - SLACK),
+                not_below(e, mag.min(bound), alpha),
                 "collapsed high too low: q={} exact={:e} est={:e} bound={:e}",
                 q,
                 x,
@@ -307,43 +314,49 @@ pub fn check_quantiles<M: IndexMapping, P: Store, N: Store>(
     Ok(())
 }
 
-/// The exclusive upper limit the documented `rank(v)` bounds give: `rank(v)`
-/// is at most the fraction of samples `< limit`. Without a collapse, `v·γ`
-/// for positive `v` (`v/γ` for negative `v`, `min_indexable` inside the zero
-/// bucket). After a collapse the collapsed bucket counts whole: for a
-/// collapsing-lowest store `max(v, bound)·γ` (0 for negative `v` above
+/// Whether sample `x` lies below the exclusive upper limit the documented
+/// `rank(v)` bounds give (`rank(v)` is at most the fraction of samples for
+/// which this holds), decided exactly. True for a prefix of the sorted
+/// samples. Without a collapse the limit is
+/// `v·γ` for positive `v` (`v/γ` for negative `v`, `min_indexable` inside
+/// the zero bucket). After a collapse the collapsed bucket counts whole: for
+/// a collapsing-lowest store `max(v, bound)·γ` (0 for negative `v` above
 /// `−bound·γ`); for a collapsing-highest store `+∞` for `v >= bound/γ`
 /// (`max(v, −bound)/γ` for negative `v`).
-pub fn rank_limit<M: IndexMapping, P: Store, N: Store>(
+pub fn under_rank_limit<M: IndexMapping, P: Store, N: Store>(
     sketch: &DDSketch<M, P, N>,
     side: Side,
     v: f64,
-) -> f64 {
+    x: f64,
+) -> bool {
     let m = sketch.mapping();
-    let alpha = m.relative_accuracy();
-    let gamma = (1.0 + alpha) / (1.0 - alpha) * (1.0 + SLACK);
+    let a = m.relative_accuracy();
     let min_idx = m.min_indexable_value();
+    // `x < base · γ` for positive `base`.
+    let below_times = |base: f64| x < min_idx || below_gamma(x, base, a);
+    // `x < −base / γ` for positive `base`: `x` negative and `base < |x|·γ`.
+    let below_over = |base: f64| x < 0.0 && x.abs() >= min_idx && below_gamma(base, -x, a);
     if v >= min_idx {
         match (side, sketch.collapse()) {
-            (_, None) => v * gamma,
-            (Side::Lowest, Some(c)) => v.max(c.bound) * gamma,
-            (Side::Highest, Some(c)) if v * gamma >= c.bound => f64::INFINITY,
-            (Side::Highest, Some(_)) => v * gamma,
+            (_, None) => below_times(v),
+            (Side::Lowest, Some(c)) => below_times(v.max(c.bound)),
+            (Side::Highest, Some(c)) => below_gamma(c.bound, v, a) || below_times(v),
         }
     } else if v <= -min_idx {
+        let mag = -v;
         match (side, sketch.negative_collapse()) {
-            (_, None) => v / gamma,
-            (Side::Lowest, Some(c)) if v > -c.bound * gamma => 0.0,
-            (Side::Lowest, Some(_)) => v / gamma,
-            (Side::Highest, Some(c)) => v.max(-c.bound) / gamma,
+            (_, None) => below_over(mag),
+            (Side::Lowest, Some(c)) if below_gamma(mag, c.bound, a) => x < 0.0,
+            (Side::Lowest, Some(_)) => below_over(mag),
+            (Side::Highest, Some(c)) => below_over(mag.min(c.bound)),
         }
     } else {
-        min_idx
+        x < min_idx
     }
 }
 
 /// `rank(v)` lies between the exact fractions of samples `<= v` and of
-/// samples `< rank_limit(v)`.
+/// samples under the documented limit (see `under_rank_limit`).
 pub fn check_rank<M: IndexMapping, P: Store, N: Store>(
     sketch: &DDSketch<M, P, N>,
     side: Side,
@@ -353,17 +366,16 @@ pub fn check_rank<M: IndexMapping, P: Store, N: Store>(
     let n = sorted.len() as f64;
     let est = sketch.rank(v).expect("not NaN").expect("not empty");
     let at_or_below = sorted.partition_point(|&x| x <= v) as f64 / n;
-    let limit = rank_limit(sketch, side, v);
-    let below_limit = sorted.partition_point(|&x| x < limit) as f64 / n;
-    // Fractions are compared with a little float slack.
+    // The predicate holds for a prefix of the sorted samples.
+    let under = sorted.partition_point(|&x| under_rank_limit(sketch, side, v, x)) as f64 / n;
+    // The fractions themselves are compared with a little float slack.
     prop_assert!(
-        est >= at_or_below - 1e-12 && est <= below_limit.max(at_or_below) + 1e-12,
-        "rank({:e}) = {} not in [{}, {}] (limit {:e}, collapse {:?} / {:?})",
+        est >= at_or_below - 1e-12 && est <= under.max(at_or_below) + 1e-12,
+        "rank({:e}) = {} not in [{}, {}] (collapse {:?} / {:?})",
         v,
         est,
         at_or_below,
-        below_limit,
-        limit,
+        under,
         sketch.collapse(),
         sketch.negative_collapse()
     );
@@ -508,4 +520,98 @@ pub fn store_model(side: Collapse, capacity: usize, adds: &[(i32, u32)]) -> Stor
         saturated: folded.values().map(|&c| c.saturating_sub(max)).sum(),
         collapse,
     }
+}
+
+// Exact arithmetic on doubles, for checking the α guarantee without slack.
+
+/// `(s, e)` with `s + e == a + b` exactly (Knuth's TwoSum; no overflow).
+pub fn two_sum(a: f64, b: f64) -> (f64, f64) {
+    let s = a + b;
+    let bb = s - a;
+    (s, (a - (s - bb)) + (b - bb))
+}
+
+/// `(p, e)` with `p + e == a · b` exactly: the error of the product, split
+/// by a fused multiply-add (exact while `a · b` is far from underflow).
+pub fn two_prod(a: f64, b: f64) -> (f64, f64) {
+    let p = a * b;
+    (p, a.mul_add(b, -p))
+}
+
+/// The sign of the exact sum of `terms` (finite, far from overflow and
+/// underflow), by Shewchuk's expansion: the sum becomes non-overlapping
+/// components whose largest decides the sign.
+pub fn sign_of_sum(terms: &[f64]) -> core::cmp::Ordering {
+    let mut expansion: Vec<f64> = Vec::new();
+    for &t in terms {
+        let mut q = t;
+        let mut next = Vec::with_capacity(expansion.len() + 1);
+        for &e in &expansion {
+            let (s, err) = two_sum(q, e);
+            if err != 0.0 {
+                next.push(err);
+            }
+            q = s;
+        }
+        next.push(q);
+        expansion = next;
+    }
+    let top = expansion.iter().rev().find(|&&x| x != 0.0).copied();
+    top.map_or(core::cmp::Ordering::Equal, |t| {
+        t.partial_cmp(&0.0).expect("finite")
+    })
+}
+
+/// `2^k` for `|k| <= 1000`, exactly.
+fn pow2(k: i32) -> f64 {
+    f64::from_bits(((1023 + k) as u64) << 52)
+}
+
+/// `x` and `y` scaled by one power of two so that the larger magnitude is
+/// in `[1, 2)`: exact for normal numbers, and keeps products of them with
+/// factors above `2^-500` far from underflow.
+fn normalized(x: f64, y: f64) -> (f64, f64) {
+    let big = x.abs().max(y.abs());
+    let e = ((big.to_bits() >> 52) & 0x7ff) as i32 - 1023;
+    // Two steps: each factor stays a normal power of two.
+    let (h, l) = (-e / 2, -e - (-e / 2));
+    (x * pow2(h) * pow2(l), y * pow2(h) * pow2(l))
+}
+
+/// Whether `|est − x| <= a · |x|` holds exactly, in real arithmetic on the
+/// doubles given (`0 < a < 1`, `x` normal or zero, `est` finite).
+pub fn within(est: f64, x: f64, a: f64) -> bool {
+    if x == 0.0 {
+        return est == 0.0;
+    }
+    // With a < 1, the answer is no unless est has x's sign and lies below
+    // twice x.
+    let (e, m) = (est * x.signum(), x.abs());
+    if !(e > 0.0 && e < 2.0 * m) {
+        return false;
+    }
+    let (e, m) = normalized(e, m);
+    let (p, pe) = two_prod(a, m);
+    // a·m − |e − m| >= 0, with the sign of e − m known.
+    let terms = if e >= m {
+        [p, pe, -e, m]
+    } else {
+        [p, pe, e, -m]
+    };
+    sign_of_sum(&terms) != core::cmp::Ordering::Less
+}
+
+/// Whether `x < v · (1 + a) / (1 − a)` holds exactly, for positive `x` and
+/// `v` (normal): `x − a·x − v − a·v < 0`.
+pub fn below_gamma(x: f64, v: f64, a: f64) -> bool {
+    if x <= v {
+        return true;
+    }
+    if x > 4.0 * v / (1.0 - a) {
+        return false;
+    }
+    let (x, v) = normalized(x, v);
+    let (ax, axe) = two_prod(a, x);
+    let (av, ave) = two_prod(a, v);
+    sign_of_sum(&[x, -v, -ax, -axe, -av, -ave]) == core::cmp::Ordering::Less
 }
