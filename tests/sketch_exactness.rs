@@ -13,7 +13,7 @@ use tailguard::mapping::{CubicMapping, LinearMapping, LogarithmicMapping};
 use tailguard::store::CollapsingLowestStore;
 use tailguard::{DDSketch, FromRelativeAccuracy, IndexMapping, SignedSketch};
 
-const ALPHAS: [f64; 8] = [1e-7, 1e-4, 0.001, 0.01, 0.02, 0.05, 0.2, 0.5];
+const ALPHAS: [f64; 10] = [1e-7, 1e-4, 0.001, 0.01, 0.02, 0.05, 0.2, 0.5, 0.9, 0.999];
 
 #[test]
 fn the_exact_checks_are_exact() {
