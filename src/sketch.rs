@@ -14,19 +14,25 @@ use core::fmt;
 ///   which covers a dynamic range of `2^(1024 / 35)` ≈ 6·10⁸ (1 µs to
 ///   10 minutes in nanoseconds) at α = 1 % before it collapses.
 /// * `N` stores negative values, keyed on `−v`: [`NoStore`] by default, so
-///   the default sketch rejects negative values and takes 4 KiB plus 136 bytes;
+///   the default sketch rejects negative values and takes 4 KiB plus 152 bytes;
 ///   use [`SignedSketch`] for data of both signs.
 ///
 /// Zero, and magnitudes below the mapping's
 /// [`min_indexable_value`](IndexMapping::min_indexable_value) (≈ 2·10⁻³⁰⁸,
 /// subnormals and `-0.0` included), are counted in a zero bucket and
-/// reported as 0.
+/// reported as 0. A sketch without a negative store refuses every negative
+/// value, however small, and takes `-0.0` as `0.0`.
 ///
 /// # Accuracy
-/// For every `q`, [`quantile(q)`](Self::quantile) returns a value within
-/// relative distance α of the exact lower quantile `sorted[⌊q·(n−1)⌋]`, as
-/// long as no bucket on the way has collapsed: after a collapse of the
-/// lowest buckets, quantiles whose exact value lies at or above
+/// For every `q`, [`quantile(q)`](Self::quantile) returns a value `x̂`
+/// within relative distance α of the exact lower quantile
+/// `x = sorted[⌊q·(n−1)⌋]`: `|x̂ − x| ≤ α·|x|` exactly, in real arithmetic
+/// on the doubles `x̂`, `x` and α (`mapping().relative_accuracy()`), with
+/// no rounding slack (the mapping's buckets are narrower than `γ` by a
+/// margin that covers every rounding; see
+/// [`LogLikeMapping`](crate::mapping::LogLikeMapping)). The exceptions are
+/// documented: `x` in the zero bucket is answered 0, and after a collapse
+/// of the lowest buckets, quantiles whose exact value lies at or above
 /// [`collapse`](Self::collapse)`().bound` keep the guarantee and those below
 /// it are over-estimated (never under-estimated). Answers are clamped into
 /// the exact `[min, max]`.
@@ -136,7 +142,8 @@ impl DDSketch {
     /// buckets, no negative values) with relative accuracy α.
     ///
     /// # Errors
-    /// [`SketchError::Mapping`] if α is not in `(0, 1)`.
+    /// [`SketchError::Mapping`] if α is not in `[1e-7, 1)`
+    /// ([`MIN_RELATIVE_ACCURACY`](crate::mapping::MIN_RELATIVE_ACCURACY)).
     pub fn new(relative_accuracy: f64) -> Result<Self, SketchError> {
         Self::with_accuracy(relative_accuracy)
     }
@@ -147,7 +154,8 @@ impl<M: IndexMapping, P: Store, N: Store> DDSketch<M, P, N> {
     /// the type, e.g. `let s: SignedSketch = SignedSketch::with_accuracy(0.01)?;`.
     ///
     /// # Errors
-    /// [`SketchError::Mapping`] if α is not in `(0, 1)`.
+    /// [`SketchError::Mapping`] if α is not in `[1e-7, 1)`
+    /// ([`MIN_RELATIVE_ACCURACY`](crate::mapping::MIN_RELATIVE_ACCURACY)).
     pub fn with_accuracy(relative_accuracy: f64) -> Result<Self, SketchError>
     where
         M: FromRelativeAccuracy,
@@ -175,8 +183,9 @@ impl<M: IndexMapping, P: Store, N: Store> DDSketch<M, P, N> {
     /// # Errors
     /// [`NotANumber`](SketchError::NotANumber),
     /// [`ValueOutOfRange`](SketchError::ValueOutOfRange) (±infinity
-    /// included) or [`NegativeValue`](SketchError::NegativeValue); the
-    /// sketch is unchanged.
+    /// included) or [`NegativeValue`](SketchError::NegativeValue) (any
+    /// value below zero, subnormals included, when the sketch has no
+    /// negative store); the sketch is unchanged.
     #[inline]
     pub fn add(&mut self, value: f64) -> Result<(), SketchError> {
         self.insert(value, 1)
@@ -208,21 +217,30 @@ impl<M: IndexMapping, P: Store, N: Store> DDSketch<M, P, N> {
             .try_for_each(|(i, &value)| self.insert(value, 1).map_err(|e| (i, e)))
     }
 
-    /// Adds `weight` samples of the same value. A weight of 0 adds nothing
-    /// and succeeds.
+    /// Adds `weight` samples of the same value. A weight of 0 adds nothing,
+    /// but the value is checked as [`add`](Self::add) checks it.
     ///
     /// # Errors
-    /// As [`add`](Self::add).
+    /// As [`add`](Self::add), whatever the weight.
     #[inline]
     pub fn add_weighted(&mut self, value: f64, weight: u32) -> Result<(), SketchError> {
         if weight == 0 {
-            return if value.is_nan() {
-                Err(SketchError::NotANumber)
-            } else {
-                Ok(())
-            };
+            return self.check(value);
         }
         self.insert(value, weight)
+    }
+
+    /// What [`add`](Self::add) would answer for `value`, without adding it.
+    fn check(&self, value: f64) -> Result<(), SketchError> {
+        if value.is_nan() {
+            Err(SketchError::NotANumber)
+        } else if value.abs() > self.mapping.max_indexable_value() {
+            Err(SketchError::ValueOutOfRange(value))
+        } else if value < 0.0 && N::CAPACITY == 0 {
+            Err(SketchError::NegativeValue(value))
+        } else {
+            Ok(())
+        }
     }
 
     #[inline(always)]
@@ -269,12 +287,19 @@ impl<M: IndexMapping, P: Store, N: Store> DDSketch<M, P, N> {
         if magnitude > self.mapping.max_indexable_value() {
             return Err(SketchError::ValueOutOfRange(value));
         }
+        if value < 0.0 && N::CAPACITY == 0 {
+            // Even one too small to index: it is still negative.
+            return Err(SketchError::NegativeValue(value));
+        }
         if magnitude < self.mapping.min_indexable_value() {
             self.zero_count = self.zero_count.saturating_add(u64::from(weight));
-        } else if value < 0.0 {
-            if N::CAPACITY == 0 {
-                return Err(SketchError::NegativeValue(value));
-            }
+            // An unsigned sketch takes `-0.0` as `0.0`: its minimum and
+            // maximum are never negative.
+            let zero = if N::CAPACITY == 0 { magnitude } else { value };
+            self.note(zero, weight);
+            return Ok(());
+        }
+        if value < 0.0 {
             self.negative.add(self.mapping.index(magnitude), weight);
         } else {
             self.positive.add(self.mapping.index(value), weight);
@@ -296,7 +321,10 @@ impl<M: IndexMapping, P: Store, N: Store> DDSketch<M, P, N> {
         self.count() == 0
     }
 
-    /// Sum of the samples added (it may reach ±infinity for huge values).
+    /// Sum of the samples added, those [`saturated`](Self::saturated)
+    /// dropped from their bucket included (it may reach ±infinity for huge
+    /// values). Float additions in the order the samples came: a merge adds
+    /// the two sums, so it equals a single stream's sum up to rounding.
     pub fn sum(&self) -> Option<f64> {
         (!self.is_empty()).then_some(self.sum)
     }
@@ -311,9 +339,13 @@ impl<M: IndexMapping, P: Store, N: Store> DDSketch<M, P, N> {
         (!self.is_empty()).then_some(self.max)
     }
 
-    /// The mean of the samples, or `None` when empty.
+    /// The mean of every sample added ([`sum`](Self::sum) over
+    /// [`count`](Self::count) plus [`saturated`](Self::saturated)), clamped
+    /// into `[min, max]` against the rounding of the sum; `None` when empty.
     pub fn mean(&self) -> Option<f64> {
-        self.sum().map(|s| s / self.count() as f64)
+        let all = self.count().saturating_add(self.saturated());
+        self.sum()
+            .map(|s| clamp(s / all as f64, self.min, self.max))
     }
 
     /// Samples counted in the zero bucket.
@@ -437,8 +469,20 @@ impl<M: IndexMapping, P: Store, N: Store> DDSketch<M, P, N> {
     /// Samples are counted by bucket: all of `value`'s bucket counts as
     /// `<= value`, so the answer lies between the exact fractions of samples
     /// `<= value` and `< value · γ` (`< value / γ` for a negative `value`;
-    /// `< min_indexable_value` inside the zero bucket). Exactly 0 below the
-    /// minimum and 1 at or above the maximum.
+    /// `< min_indexable_value` inside the zero bucket), with
+    /// `γ = (1 + α) / (1 − α)`; both bounds hold exactly, in real
+    /// arithmetic on the doubles (the query is widened by the mapping's
+    /// [`key_slack`](IndexMapping::key_slack), which the margin covers).
+    /// Exactly 0 below the minimum and 1 at or above the maximum.
+    ///
+    /// After a collapse, the collapsed bucket counts whole for every value
+    /// it may stand for, so the lower bound holds still and the upper one
+    /// widens on the collapsed side (`bound` from [`collapse`](Self::collapse)
+    /// or [`negative_collapse`](Self::negative_collapse)): for a
+    /// collapsing-lowest store, to `< max(value, bound) · γ`, and to `< 0`
+    /// for a negative `value > −bound · γ`; for a collapsing-highest store,
+    /// to every sample (1) for `value >= bound / γ`, and to
+    /// `< max(value, −bound) / γ` for a negative `value`.
     ///
     /// # Errors
     /// [`SketchError::NotANumber`] if `value` is NaN.
@@ -457,24 +501,43 @@ impl<M: IndexMapping, P: Store, N: Store> DDSketch<M, P, N> {
             return Ok(Some(0.0));
         }
         let negatives = self.negative.total();
-        let magnitude = value.abs().min(self.mapping.max_indexable_value());
-        let below = if value >= self.mapping.min_indexable_value() {
-            let key = self.mapping.index(magnitude);
+        let (low, high) = (
+            self.mapping.min_indexable_value(),
+            self.mapping.max_indexable_value(),
+        );
+        // Keys are monotone only up to the mapping's slack: widen the query
+        // by it, so that every sample at or below `value` is counted. A
+        // collapsed bucket counts whole for every key it stands for.
+        let widen = 1.0 + self.mapping.key_slack();
+        let below = if value >= low {
+            let up = value * widen;
+            let positives = if up > high {
+                self.positive.total()
+            } else {
+                self.positive
+                    .count_covering_at_or_below(self.mapping.index(up))
+            };
             negatives
                 .saturating_add(self.zero_count)
-                .saturating_add(self.positive.count_at_or_below(key))
-        } else if value > -self.mapping.min_indexable_value() {
+                .saturating_add(positives)
+        } else if value > -low {
             negatives.saturating_add(self.zero_count)
         } else {
-            let key = self.mapping.index(magnitude);
-            // The counts below a key are part of the total.
-            negatives.saturating_sub(self.negative.count_at_or_below(key.saturating_sub(1)))
+            let down = -value / widen;
+            if down < low {
+                negatives
+            } else {
+                self.negative
+                    .count_covering_at_or_above(self.mapping.index(down))
+            }
         };
         Ok(Some((below as f64 / n as f64).min(1.0)))
     }
 
     /// Adds every sample of `other` to this sketch. Bucket counts add
-    /// exactly, so the result equals the sketch of both streams.
+    /// exactly, so the result equals the sketch of both streams in every
+    /// field (counts, saturated samples, collapse, minimum and maximum), the
+    /// float [`sum`](Self::sum) up to the rounding of its additions.
     ///
     /// # Errors
     /// [`SketchError::MappingMismatch`] if the mappings differ; this sketch
@@ -584,7 +647,8 @@ pub trait FromRelativeAccuracy: Sized {
     /// The mapping for relative accuracy α.
     ///
     /// # Errors
-    /// [`MappingError::InvalidRelativeAccuracy`] unless `0 < α < 1`.
+    /// [`MappingError::InvalidRelativeAccuracy`] unless
+    /// [`MIN_RELATIVE_ACCURACY`](crate::mapping::MIN_RELATIVE_ACCURACY)` <= α < 1`.
     fn from_relative_accuracy(relative_accuracy: f64) -> Result<Self, MappingError>;
 }
 

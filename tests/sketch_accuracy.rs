@@ -24,9 +24,9 @@ where
         Box::new(SignedSketch::with_accuracy(a).unwrap());
     check_all(&mut lowest, Side::Lowest, data, &sorted)?;
     check_all(&mut highest, Side::Highest, data, &sorted)?;
-    let min_idx = M::from_relative_accuracy(a).unwrap().min_indexable_value();
-    if data.iter().all(|&v| v >= 0.0 || v.abs() < min_idx) {
-        // Unsigned sketches (no negative store) take this data too.
+    if data.iter().all(|&v| v >= 0.0) {
+        // Unsigned sketches (no negative store) take this data too (they
+        // refuse every negative value, however small; -0.0 is not one).
         check_unsigned::<M, CollapsingLowestStore<CAP>>(a, Side::Lowest, data, &sorted)?;
         check_unsigned::<M, CollapsingHighestStore<CAP>>(a, Side::Highest, data, &sorted)?;
     }

@@ -135,9 +135,12 @@ fn bad_values_are_rejected_and_change_nothing() {
         s.add_weighted(-2.0, 7),
         Err(SketchError::NegativeValue(-2.0))
     );
-    // Weight 0 adds nothing and succeeds (documented), even out of range.
+    // Weight 0 adds nothing, and validates the value as `add` would.
     assert_eq!(s.add_weighted(3.0, 0), Ok(()));
-    assert_eq!(s.add_weighted(f64::INFINITY, 0), Ok(()));
+    assert_eq!(
+        s.add_weighted(f64::INFINITY, 0),
+        Err(SketchError::ValueOutOfRange(f64::INFINITY))
+    );
     assert_eq!(snapshot(&s), before);
     // The largest indexable value itself is fine, and answers within α.
     let top = s.mapping().max_indexable_value();
@@ -160,31 +163,152 @@ fn bad_values_are_rejected_and_change_nothing() {
 #[test]
 fn zeros_and_subnormals_go_to_the_zero_bucket() {
     let mut s = DDSketch::new(0.01).unwrap();
-    for v in [
-        0.0,
-        -0.0,
-        5e-324,
-        -5e-324,
-        f64::MIN_POSITIVE / 2.0,
-        -f64::MIN_POSITIVE,
-    ] {
+    for v in [0.0, -0.0, 5e-324, f64::MIN_POSITIVE / 2.0] {
         assert_eq!(s.add(v), Ok(()), "{v:e}");
     }
-    assert_eq!(s.zero_count(), 6);
-    assert_eq!(s.count(), 6);
-    assert_eq!(s.min(), Some(-f64::MIN_POSITIVE));
+    // Negative magnitudes too small to index are still negative: an
+    // unsigned sketch refuses them (a signed one counts them as zero).
+    for v in [-5e-324, -f64::MIN_POSITIVE] {
+        assert_eq!(s.add(v), Err(SketchError::NegativeValue(v)), "{v:e}");
+    }
+    assert_eq!(s.zero_count(), 4);
+    assert_eq!(s.count(), 4);
+    assert_eq!(s.min().map(f64::to_bits), Some(0.0f64.to_bits()));
     assert_eq!(s.max(), Some(f64::MIN_POSITIVE / 2.0));
+    let mut signed: SignedSketch = SignedSketch::with_accuracy(0.01).unwrap();
+    for v in [-5e-324, -f64::MIN_POSITIVE, 5e-324] {
+        assert_eq!(signed.add(v), Ok(()), "{v:e}");
+    }
+    assert_eq!(signed.zero_count(), 3);
+    assert_eq!(signed.min(), Some(-f64::MIN_POSITIVE));
     let min_idx = s.mapping().min_indexable_value();
     for q in [0.0, 0.5, 1.0] {
         let v = s.quantile(q).unwrap().unwrap();
         assert!(v.abs() <= min_idx, "{q}: {v:e}");
     }
-    // Only -0.0: the minimum and maximum are -0.0 and every answer is zero.
+    // Only -0.0: an unsigned sketch takes it as 0.0 (its minimum and
+    // maximum are never negative) and every answer is zero.
     let mut z = DDSketch::new(0.01).unwrap();
     z.add(-0.0).unwrap();
+    assert_eq!(z.min().map(f64::to_bits), Some(0.0f64.to_bits()));
+    assert_eq!(z.max().map(f64::to_bits), Some(0.0f64.to_bits()));
     assert_eq!(z.quantile(0.5).unwrap(), Some(0.0));
     assert_eq!(z.rank(0.0).unwrap(), Some(1.0));
     assert_eq!(z.rank(-1.0).unwrap(), Some(0.0));
+}
+
+/// Everything `add` refuses, and a few values it takes.
+fn probe_values(max_idx: f64) -> [f64; 12] {
+    [
+        f64::NAN,
+        -f64::NAN,
+        f64::INFINITY,
+        f64::NEG_INFINITY,
+        f64::MAX,
+        -f64::MAX,
+        common::next_up(max_idx),
+        -1.0,
+        -2.27e-308,
+        -5e-324,
+        3.0,
+        0.0,
+    ]
+}
+
+/// `add_weighted(v, 0)` accepts and refuses exactly what `add(v)` does, and
+/// changes nothing either way.
+fn weight_zero_like_add<M: IndexMapping, P: Store, N: Store>(s: &DDSketch<M, P, N>) {
+    let mut s = s.clone();
+    for v in probe_values(s.mapping().max_indexable_value()) {
+        let before = snapshot(&s);
+        let zero = s.add_weighted(v, 0);
+        assert_eq!(
+            snapshot(&s),
+            before,
+            "add_weighted({v:e}, 0) changed the sketch"
+        );
+        let mut fresh = s.clone();
+        let one = fresh.add(v);
+        // NaN payloads aside, the same verdict.
+        assert_eq!(format!("{zero:?}"), format!("{one:?}"), "{v:e}");
+    }
+}
+
+#[test]
+fn weight_zero_validates_like_add() {
+    let mut s = DDSketch::new(0.01).unwrap();
+    weight_zero_like_add(&s);
+    s.add(5.0).unwrap();
+    weight_zero_like_add(&s);
+    let mut signed: SignedSketch = SignedSketch::with_accuracy(0.05).unwrap();
+    weight_zero_like_add(&signed);
+    signed.add(-5.0).unwrap();
+    weight_zero_like_add(&signed);
+    assert_eq!(
+        DDSketch::new(0.01).unwrap().add_weighted(f64::NAN, 0),
+        Err(SketchError::NotANumber)
+    );
+}
+
+#[test]
+fn unsigned_sketch_refuses_every_negative_value() {
+    let mut s = DDSketch::new(0.01).unwrap();
+    for v in [-2.27e-308, -1e-310, -5e-324, -f64::MIN_POSITIVE, -1e-300] {
+        assert_eq!(s.add(v), Err(SketchError::NegativeValue(v)), "{v:e}");
+        assert_eq!(s.add_weighted(v, 3), Err(SketchError::NegativeValue(v)));
+        assert_eq!(
+            s.add_all(&[1.0, v]),
+            Err((1, SketchError::NegativeValue(v)))
+        );
+    }
+    // Only the 1.0s of the batches went in, and the minimum is not negative.
+    assert_eq!(s.count(), 5);
+    assert_eq!(s.min(), Some(1.0));
+    s.add(-0.0).unwrap();
+    assert!(s.min().is_some_and(|m| m.to_bits() == 0), "{:?}", s.min());
+    assert!(s.quantile(0.0).unwrap().is_some_and(|q| q >= 0.0));
+}
+
+#[test]
+fn relative_accuracy_below_the_documented_limit_is_refused() {
+    use tailguard::mapping::MIN_RELATIVE_ACCURACY;
+    assert_eq!(MIN_RELATIVE_ACCURACY, 1e-7);
+    for a in [1e-8, 1e-9, 9.9e-8, 1e-12] {
+        let refused = MappingError::InvalidRelativeAccuracy(a);
+        assert_eq!(LogarithmicMapping::new(a).unwrap_err(), refused, "{a}");
+        assert_eq!(CubicMapping::new(a).unwrap_err(), refused, "{a}");
+        assert_eq!(LinearMapping::new(a).unwrap_err(), refused, "{a}");
+        assert_eq!(
+            DDSketch::new(a).unwrap_err(),
+            SketchError::Mapping(MappingError::InvalidRelativeAccuracy(a))
+        );
+    }
+    // At the limit every mapping still indexes far beyond any latency, and
+    // small values are never counted as zero.
+    fn wide<M: IndexMapping + FromRelativeAccuracy>() {
+        let m = M::from_relative_accuracy(MIN_RELATIVE_ACCURACY).unwrap();
+        assert!(m.min_indexable_value() <= 1e-100, "{m:?}");
+        assert!(m.max_indexable_value() >= 1e100, "{m:?}");
+        let mut s: DDSketch<M> = DDSketch::with_mapping(m);
+        s.add(1e-3).unwrap();
+        assert_eq!(s.zero_count(), 0);
+    }
+    wide::<LogarithmicMapping>();
+    wide::<CubicMapping>();
+    wide::<LinearMapping>();
+    // So is a γ so close to 1 that it implies such an α.
+    for g in [1.0 + 2e-9, 1.0 + 1e-12] {
+        assert_eq!(
+            CubicMapping::with_gamma(g, 0.0),
+            Err(MappingError::InvalidGamma(g))
+        );
+        assert_eq!(
+            LogarithmicMapping::with_gamma(g, 0.0),
+            Err(MappingError::InvalidGamma(g))
+        );
+    }
+    let e = MappingError::InvalidRelativeAccuracy(1e-9).to_string();
+    assert!(e.contains("1e-7"), "{e}");
 }
 
 #[test]
@@ -319,12 +443,12 @@ fn invalid_relative_accuracy_is_a_typed_error() {
 }
 
 #[test]
-fn default_sketch_takes_4_kib_plus_136() {
+fn default_sketch_takes_4_kib_plus_152() {
     // As the `DDSketch` docs say: 4 KiB of counters, 32 bytes of store
-    // state, 72 of mapping, 32 of count, min, max and sum.
+    // state, 88 of mapping, 32 of count, min, max and sum.
     let size = core::mem::size_of::<DDSketch>();
     println!("size_of::<DDSketch>() = {size}");
-    assert_eq!(size, 4096 + 136, "{size}");
+    assert_eq!(size, 4096 + 152, "{size}");
     let signed = core::mem::size_of::<SignedSketch>();
     println!("size_of::<SignedSketch>() = {signed}");
     assert!(signed <= 2 * 4096 + 256, "{signed}");

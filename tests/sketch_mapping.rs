@@ -1,15 +1,17 @@
-//! Index mappings across their whole indexable range: round trip within α,
-//! bucket bounds consistent with `index`, `index` monotonic.
+//! Index mappings across their whole indexable range: round trip within α
+//! (exactly), bucket bounds consistent with `index`, `index` monotonic up
+//! to its slack, and mappings rebuilt from their wire parameters equal.
 
 mod common;
 
-use common::{cases, next_down, next_up};
+use common::{cases, next_down, next_up, within};
 use proptest::prelude::*;
 use tailguard::mapping::{CubicMapping, LinearMapping, LogarithmicMapping};
 use tailguard::{FromRelativeAccuracy, IndexMapping};
 
 const ALPHAS: [f64; 4] = [0.001, 0.01, 0.05, 0.2];
-/// Relative slack: a few ulps *of the logarithm*. Keys are computed as
+/// Relative slack of the bucket *bounds* (not of the α guarantee, which is
+/// exact): a few ulps *of the logarithm*. Keys are computed as
 /// `floor(log(v) · multiplier)`, and `log(v)` near ±709 carries an absolute
 /// rounding error of about 1e-13, so bucket boundaries (and `lower_bound`)
 /// are only that exact in relative terms: measured up to ~1 500 ulps of `v`
@@ -24,7 +26,7 @@ fn round_trip<M: IndexMapping>(m: &M, v: f64) -> Result<(), TestCaseError> {
     let k = m.index(v);
     let rep = m.value(k);
     prop_assert!(
-        (rep - v).abs() <= (a + eps) * v,
+        within(rep, v, a),
         "{:?}: v={:e} key={} value={:e} rel err={:e}",
         m,
         v,
@@ -58,11 +60,15 @@ fn round_trip<M: IndexMapping>(m: &M, v: f64) -> Result<(), TestCaseError> {
     Ok(())
 }
 
+/// Keys are monotone up to the mapping's slack: `index(x) <= index(y·(1+ρ))`
+/// for `x <= y` (the cubic's polynomial can step back an ulp near a bound).
 fn monotonic<M: IndexMapping>(m: &M, values: &[f64]) -> Result<(), TestCaseError> {
+    let widen = 1.0 + m.key_slack();
     for w in values.windows(2) {
         prop_assert!(w[0] <= w[1]);
+        let up = (w[1] * widen).min(m.max_indexable_value());
         prop_assert!(
-            m.index(w[0]) <= m.index(w[1]),
+            m.index(w[0]) <= m.index(up),
             "{:?}: index({:e}) = {} > index({:e}) = {}",
             m,
             w[0],
@@ -211,33 +217,68 @@ fn bounds_are_ulp_exact_near_one() {
     near_one::<LinearMapping>();
 }
 
-/// `value` folds `1 + α` into the power of two; the result must be exactly
-/// `lower_bound · (1 + α)`, over the whole key range and its ends.
-fn value_is_lower_bound_times_one_plus_alpha<M: IndexMapping + FromRelativeAccuracy>() {
+/// The representative covers the bucket's computed bounds too: within α of
+/// `lower_bound(k)` and of `lower_bound(k + 1)`, exactly, over the whole key
+/// range and its ends.
+fn value_covers_the_bounds<M: IndexMapping + FromRelativeAccuracy>() {
     for a in ALPHAS {
         let m = M::from_relative_accuracy(a).unwrap();
+        let alpha = m.relative_accuracy();
         let (k0, k1) = (
             m.index(m.min_indexable_value()),
             m.index(m.max_indexable_value()),
         );
-        let keys = (k0..=k1)
-            .step_by(31)
-            .chain([i32::MIN, k0 - 1, k0, k1, k1 + 1, i32::MAX]);
-        for k in keys {
-            let expected = m.lower_bound(k) * (1.0 + m.relative_accuracy());
-            assert_eq!(
-                m.value(k).to_bits(),
-                expected.to_bits(),
-                "{m:?}: key {k}: {} vs {expected}",
-                m.value(k)
+        for k in (k0..k1).step_by(31).chain([k0, k1 - 1]) {
+            let (lo, hi, v) = (m.lower_bound(k), m.lower_bound(k + 1), m.value(k));
+            assert!(
+                within(v, lo, alpha) && within(v, hi, alpha),
+                "{m:?}: key {k}: value {v:e} for [{lo:e}, {hi:e})"
             );
         }
     }
 }
 
 #[test]
-fn value_is_exactly_the_scaled_lower_bound() {
-    value_is_lower_bound_times_one_plus_alpha::<LogarithmicMapping>();
-    value_is_lower_bound_times_one_plus_alpha::<CubicMapping>();
-    value_is_lower_bound_times_one_plus_alpha::<LinearMapping>();
+fn value_covers_the_bucket_bounds() {
+    value_covers_the_bounds::<LogarithmicMapping>();
+    value_covers_the_bounds::<CubicMapping>();
+    value_covers_the_bounds::<LinearMapping>();
+}
+
+/// A mapping rebuilt from its γ and index offset (what the wire format
+/// carries) is equal to it, buckets and representatives alike, and a sketch
+/// over it merges with one over the original.
+fn wire_round_trip<M: IndexMapping + FromRelativeAccuracy>(rebuild: impl Fn(f64, f64) -> M) {
+    for a in [1e-7, 0.001, 0.01, 0.02, 0.05, 0.5] {
+        let new = M::from_relative_accuracy(a).unwrap();
+        for offset in [0.0, 1.0, -3.5, 1000.25] {
+            let m = rebuild(new.gamma(), offset);
+            let again = rebuild(m.gamma(), m.index_offset());
+            assert_eq!(again, m, "{a} {offset}");
+            assert!(again.relative_accuracy() <= a * (1.0 + 1e-6), "{again:?}");
+            for x in [1e-300, 1e-3, 0.7, 1.0, 3.0, 1e9, 1e300] {
+                let k = m.index(x);
+                assert_eq!(again.index(x), k);
+                assert_eq!(again.value(k).to_bits(), m.value(k).to_bits());
+            }
+            let mut s = tailguard::DDSketch::<M>::with_mapping(m);
+            s.add_all(&[1.0, 2.0, 1e6]).unwrap();
+            let mut t = tailguard::DDSketch::<M>::with_mapping(again);
+            t.add_all(&[3.0, 4.0]).unwrap();
+            assert_eq!(s.merge(&t), Ok(()), "{m:?} vs {again:?}");
+            assert_eq!(s.count(), 5);
+            // A different γ or offset is a different mapping.
+            assert_ne!(rebuild(next_up(m.gamma()), offset), m);
+            assert_ne!(rebuild(m.gamma(), offset + 0.5), m);
+        }
+        // With offset 0, the rebuilt mapping equals the original itself.
+        assert_eq!(rebuild(new.gamma(), new.index_offset()), new, "{a}");
+    }
+}
+
+#[test]
+fn mappings_rebuilt_from_gamma_and_offset_merge() {
+    wire_round_trip(|g, o| LogarithmicMapping::with_gamma(g, o).unwrap());
+    wire_round_trip(|g, o| CubicMapping::with_gamma(g, o).unwrap());
+    wire_round_trip(|g, o| LinearMapping::with_gamma(g, o).unwrap());
 }

@@ -5,9 +5,11 @@
 //! folds while `hi − lo < N`; otherwise collapsing-lowest keeps
 //! `hi − N + 1 ..= hi` and folds smaller keys into its lowest, and
 //! collapsing-highest keeps `lo ..= lo + N − 1` and folds larger keys into
-//! its highest. After every operation, bins, totals, the collapse report,
-//! ranks and counts must match the model, for a capacity that is a power of
-//! two (the slot is a mask) and one that is not (a remainder).
+//! its highest. A bucket holds at most `u32::MAX` and the rest is saturated;
+//! the collapse report counts folded samples up to what the edge bucket
+//! holds. After every operation, bins, totals, saturation, the collapse
+//! report, ranks and counts must match the model, for a capacity that is a
+//! power of two (the slot is a mask) and one that is not (a remainder).
 #![no_main]
 
 use arbitrary::Arbitrary;
@@ -22,6 +24,8 @@ use tailguard::Store;
 enum Op {
     /// A key near one of a few anchors (both ends of `i32`, zero) or any.
     Add(Anchor, u8, u8),
+    /// A weight near `u32::MAX` or its half: buckets saturate.
+    AddHeavy(Anchor, u8, bool, u8),
     /// Merge a store fed these keys.
     Merge(Vec<(Anchor, u8, u8)>),
     Clear,
@@ -45,14 +49,18 @@ fn key(anchor: Anchor, offset: u8) -> i32 {
     }
 }
 
-/// Bins and collapse report of a store fed `keys`.
-fn model(side: Collapse, n: usize, keys: &BTreeMap<i32, u64>) -> (Vec<(i32, u32)>, Option<StoreCollapse>) {
+const MAX: u64 = u32::MAX as u64;
+
+/// Bins, saturated samples and collapse report of a store fed `keys`.
+fn model(side: Collapse, n: usize, keys: &BTreeMap<i32, u64>) -> (Vec<(i32, u32)>, u64, Option<StoreCollapse>) {
     let (Some((&lo, _)), Some((&hi, _))) = (keys.first_key_value(), keys.last_key_value()) else {
-        return (vec![], None);
+        return (vec![], 0, None);
     };
     let n = n as i64;
+    let saturated = |b: &BTreeMap<i32, u64>| b.values().map(|&c| c.saturating_sub(MAX)).sum();
     if i64::from(hi) - i64::from(lo) < n {
-        return (keys.iter().map(|(&k, &c)| (k, c as u32)).collect(), None);
+        let bins = keys.iter().map(|(&k, &c)| (k, c.min(MAX) as u32)).collect();
+        return (bins, saturated(keys), None);
     }
     let (edge, boundary) = match side {
         Collapse::Lowest => {
@@ -76,8 +84,10 @@ fn model(side: Collapse, n: usize, keys: &BTreeMap<i32, u64>) -> (Vec<(i32, u32)
         }
         *folded.entry(kept).or_default() += c;
     }
+    let samples = samples.min(folded[&edge].min(MAX));
     (
-        folded.iter().map(|(&k, &c)| (k, c as u32)).collect(),
+        folded.iter().map(|(&k, &c)| (k, c.min(MAX) as u32)).collect(),
+        saturated(&folded),
         Some(StoreCollapse { samples, boundary }),
     )
 }
@@ -88,9 +98,10 @@ struct Case<const N: usize, S: CollapseSide> {
 
 impl<const N: usize, S: CollapseSide> Case<N, S> {
     fn check(&self, keys: &BTreeMap<i32, u64>) {
-        let (bins, collapse) = model(S::SIDE, N, keys);
+        let (bins, saturated, collapse) = model(S::SIDE, N, keys);
         assert_eq!(self.store.bins().collect::<Vec<_>>(), bins);
         assert_eq!(self.store.collapse(), collapse);
+        assert_eq!(self.store.saturated(), saturated);
         let total: u64 = bins.iter().map(|&(_, c)| u64::from(c)).sum();
         assert_eq!(self.store.total(), total);
         assert_eq!(self.store.key_range(), bins.first().zip(bins.last()).map(|(a, b)| (a.0, b.0)));
@@ -118,6 +129,12 @@ fn run<const N: usize, S: CollapseSide>(ops: &[Op]) {
                     *keys.entry(k).or_default() += u64::from(*c);
                 }
             }
+            Op::AddHeavy(a, d, half, less) => {
+                let k = key(*a, *d);
+                let c = if *half { u32::MAX / 2 } else { u32::MAX } - u32::from(*less);
+                case.store.add(k, c);
+                *keys.entry(k).or_default() += u64::from(c);
+            }
             Op::Merge(adds) => {
                 let mut other = CollapsingStore::<N, S>::new();
                 for &(a, d, c) in adds {
@@ -139,7 +156,6 @@ fn run<const N: usize, S: CollapseSide>(ops: &[Op]) {
 }
 
 fuzz_target!(|ops: Vec<Op>| {
-    // At most a few thousand samples: no counter can saturate.
     let ops = &ops[..ops.len().min(64)];
     run::<16, Lowest>(ops);
     run::<16, Highest>(ops);

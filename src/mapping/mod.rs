@@ -5,8 +5,24 @@
 //! logarithm or a cheaper approximation of a logarithm, and the multiplier is
 //! chosen so that consecutive bucket bounds are never more than
 //! `γ = (1 + α) / (1 − α)` apart. The representative value of a bucket,
-//! `lower · (1 + α)`, is then within relative distance α of every value the
-//! bucket covers.
+//! near `lower · (1 + α)`, is then within relative distance α of every value
+//! the bucket covers.
+//!
+//! # Exactly, in floating point
+//! Keys and bounds are computed in `f64`, so the values that map to a key
+//! are those of the ideal bucket only up to rounding (relatively, a few
+//! ulps of the logarithm: up to ~10⁻¹³ at the ends of the range), and the
+//! cubic's key is not even monotone at the ulp level. The log-like mappings
+//! keep the guarantee exactly all the same: `|value(index(v)) − v| ≤ α · v`
+//! holds in real arithmetic on the doubles `v`, `value(…)` and
+//! `relative_accuracy()`, for every indexable `v`. They make the buckets
+//! narrower than `γ` by a margin `μ` (in `ln` space) that bounds every
+//! rounding on the way, and take as representative the bucket's centre,
+//! `lower · 2γ'/(1 + γ')` for the narrower `γ'`. The margin is proven below
+//! ([`LogLikeMapping`]'s implementation notes) and is about 9·10⁻¹² for the
+//! mappings [`new`](LogLikeMapping::new) builds: the bucket count grows by
+//! 1.8·10⁻⁹ at α = 1 % (1.8·10⁻⁴ at α = 10⁻⁷), and `gamma()` is below the
+//! textbook `(1 + α) / (1 − α)` by a relative 3.5·10⁻¹¹.
 //!
 //! | mapping | `log` | buckets vs exact | cost of `index` |
 //! |---|---|---|---|
@@ -58,12 +74,17 @@ pub enum Interpolation {
 
 /// Maps positive values to integer bucket keys and keys back to values.
 ///
-/// Every implementation keeps the relative-accuracy guarantee: for every `v`
-/// in `[min_indexable_value, max_indexable_value]`,
-/// `|value(index(v)) − v| ≤ relative_accuracy · v`, up to floating-point
-/// rounding of a few ulps *of the logarithm*: about `ε · (2 + |ln v|)`
-/// relative, i.e. a few ulps of `v` near 1 and up to ~10⁻¹³ at the ends
-/// of the `f64` range.
+/// Every implementation keeps the relative-accuracy guarantee exactly: for
+/// every `v` in `[min_indexable_value, max_indexable_value]`,
+/// `|value(index(v)) − v| ≤ relative_accuracy · v` in real arithmetic on
+/// those doubles, with no rounding slack; and two values that share a key
+/// are less than `γ = (1 + α) / (1 − α)` apart (`α` the relative accuracy),
+/// also exactly. Keys are monotone up to [`key_slack`](Self::key_slack).
+///
+/// Two mappings are equal when they put every value in the same bucket and
+/// represent it by the same value: the log-like mappings compare their γ
+/// and index offset (what the wire format carries), not the relative
+/// accuracy, which a rebuilt mapping may state differently.
 pub trait IndexMapping: Copy + fmt::Debug + PartialEq {
     /// The interpolation, for the wire format.
     const INTERPOLATION: Interpolation;
@@ -76,14 +97,27 @@ pub trait IndexMapping: Copy + fmt::Debug + PartialEq {
     /// panic.
     fn index(&self, value: f64) -> i32;
 
-    /// The smallest value that maps to `index`, up to the same rounding
-    /// (a few ulps near 1, relatively ~10⁻¹³ at the ends of the range).
+    /// The smallest value that maps to `index`, up to rounding (a few ulps
+    /// near 1, relatively ~10⁻¹³ at the ends of the range).
     fn lower_bound(&self, index: i32) -> f64;
 
-    /// The value that represents bucket `index`: `lower_bound(index) · (1 + α)`.
+    /// The value that represents bucket `index`: within relative accuracy
+    /// α of every value that maps to `index`, exactly (see the trait docs).
+    /// This default, `lower_bound(index) · (1 + α)`, is right only for a
+    /// mapping whose bounds are exact; the log-like mappings compute theirs.
     #[inline]
     fn value(&self, index: i32) -> f64 {
         self.lower_bound(index) * (1.0 + self.relative_accuracy())
+    }
+
+    /// A relative slack `ρ >= 0` up to which keys are monotone: for
+    /// indexable `x <= y`, `index(x) <= index(y · (1 + ρ))` and
+    /// `index(x / (1 + ρ)) <= index(y)` (where those are indexable). What
+    /// [`DDSketch::rank`](crate::DDSketch::rank) widens its query by, so
+    /// that it counts every sample at or below the value. This default, 0,
+    /// claims exactly monotone keys.
+    fn key_slack(&self) -> f64 {
+        0.0
     }
 
     /// The guaranteed relative accuracy α.
@@ -105,14 +139,21 @@ pub trait IndexMapping: Copy + fmt::Debug + PartialEq {
     fn max_indexable_value(&self) -> f64;
 }
 
+/// The smallest relative accuracy a mapping accepts. Below it the keys of
+/// ordinary values would not fit `i32`: at `10⁻⁹` the indexable range would
+/// shrink to about `[0.03, 35]`.
+pub const MIN_RELATIVE_ACCURACY: f64 = 1e-7;
+
 /// Why a mapping could not be built.
 #[derive(Clone, Copy, Debug, PartialEq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 #[non_exhaustive]
 pub enum MappingError {
-    /// The relative accuracy must lie strictly between 0 and 1.
+    /// The relative accuracy must lie in
+    /// `[`[`MIN_RELATIVE_ACCURACY`]`, 1)`.
     InvalidRelativeAccuracy(f64),
-    /// γ must be finite and greater than 1.
+    /// γ must be finite, greater than 1, and not so close to 1 that the
+    /// relative accuracy it implies is below [`MIN_RELATIVE_ACCURACY`].
     InvalidGamma(f64),
     /// The index offset must be finite and small enough that keys fit `i32`.
     InvalidIndexOffset(f64),
@@ -123,11 +164,11 @@ impl fmt::Display for MappingError {
         match self {
             Self::InvalidRelativeAccuracy(a) => write!(
                 f,
-                "relative accuracy {a} is not in (0, 1); pick e.g. 0.01 for 1 % error"
+                "relative accuracy {a} is not in [1e-7, 1); pick e.g. 0.01 for 1 % error"
             ),
             Self::InvalidGamma(g) => write!(
                 f,
-                "gamma {g} is not a finite number greater than 1; derive it from a relative accuracy instead"
+                "gamma {g} is not a finite number far enough above 1 (relative accuracy at least 1e-7); derive it from a relative accuracy instead"
             ),
             Self::InvalidIndexOffset(o) => write!(
                 f,
@@ -183,17 +224,94 @@ pub trait LogApproximation: Copy + fmt::Debug + PartialEq {
 }
 
 /// A mapping built from a [`LogApproximation`]: see the module docs.
-#[derive(Clone, Copy, PartialEq)]
+///
+/// # Implementation notes: why the guarantee is exact
+/// Write `u = 2⁻⁵³`, `m` for the multiplier and `o` for the offset, `log`
+/// for the approximated logarithm and `t(v) = m · log(v) + o` for the ideal
+/// key, computed as `t̃(v)`; `index(v) = ⌊t̃(v)⌋`. Let
+/// `R = 1104 + (2|o| + 1) / m`, so that every indexable key, offset and
+/// intermediate of the key's computation is below `m · R` in magnitude
+/// (`|log v| <= 1100` for every positive normal `v`, in either base). Let
+/// `D = CORRECTING_FACTOR · ln(base)` bound `d ln(v) / d log(v)` (1 for
+/// `ln` and the linear approximation, 7/10 for the cubic), so that a key's
+/// width in `ln` space is at most `w = D / m = CORRECTING_FACTOR · ln(γ_own)`.
+///
+/// 1. *Keys.* `t̃(v)` is `t(v)` after at most a dozen roundings (`ln`
+///    through libm, within 1 ulp; the cubic's coefficients and its Estrin
+///    steps; the product by `m` and the sum with `o`), each of an
+///    intermediate below `m · R`, so `|t̃ − t| <= 32 u · m · R`: a value
+///    that maps to key `k` lies, in `ln` space, within `32 u R` of the ideal
+///    bucket `[k, k + 1)` (the ideal `t` grows by at least `m` per unit of
+///    `ln v`, as `D <= 1`).
+/// 2. *Representatives.* `value(k)` evaluates the inverse of `log` at
+///    `(k − o) · (1/m)` (three roundings of a number below `R`: an error
+///    below `4 u R` in `ln` space), then the inverse itself (libm's `exp`
+///    within 1 ulp; the linear one within 2 roundings; the cubic's
+///    Halley-refined polynomial within 4.5·10⁻¹⁶ in `s`, tested densely in
+///    `cubic.rs` to be within 2⁻⁴⁸), then one product by the centre factor
+///    `c`, and a subnormal lower bound near the bottom of the range loses
+///    at most 2⁻⁵¹ relatively: all below `2⁻⁴⁰` together.
+/// 3. So with `μ = 64 u R + 2⁻⁴⁰`, every value `v` that maps to `k` and
+///    its representative satisfy
+///    `ln c − w − μ <= ln(value(k) / v) <= ln c + μ`. The centre is
+///    `c = 2γ' / (1 + γ')` with `γ' = e^w`, so that `c − 1 = 1 − c / γ' = α'`
+///    and `|value(k) / v − 1| <= c · e^μ − 1 <= α' + c · (e^{2μ} − 1)`: the
+///    guaranteed α (the extra μ absorbs the rounding of these formulas
+///    themselves). For two values `x <= y` of one key,
+///    `ln(y / x) <= w + 2 · 32 u R < ln((1 + α) / (1 − α))`, which is at
+///    least `w + 4μ` for that α.
+/// 4. *Rank.* [`key_slack`](IndexMapping::key_slack) is `2μ`: twice the
+///    error of item 1, so `index(y · (1 + 2μ)) >= index(x)` for `x <= y`;
+///    and a value that shares a key with `y · (1 + 2μ)` is still below
+///    `y · e^{w + 3μ} < y · γ`.
+///
+/// [`new`](Self::new) picks γ so that this α is at most the one asked
+/// for, and reports the one asked for; [`with_gamma`](Self::with_gamma)
+/// reports this α.
+#[derive(Clone, Copy)]
 pub struct LogLikeMapping<L: LogApproximation> {
     scaled: L::Scaled,
     multiplier: f64,
     /// `1 / multiplier`: `lower_bound` multiplies instead of dividing.
     inverse_multiplier: f64,
     index_offset: f64,
+    /// The mapping's own γ, which fixes the multiplier and, with the
+    /// offset, every bucket.
+    gamma: f64,
     relative_accuracy: f64,
+    /// `1 + α'`: the representative of a bucket over its lower bound.
+    center: f64,
     min_indexable: f64,
     max_indexable: f64,
     approximation: PhantomData<L>,
+}
+
+/// `2⁻⁵³`, the unit roundoff.
+const UNIT_ROUNDOFF: f64 = f64::EPSILON / 2.0;
+
+/// Bounds the approximated logarithm, in either base, of every positive
+/// normal double (`|ln v| < 710`, `|log2 v| <= 1024`), plus room for the
+/// few units the margin's proof adds.
+const LOG_REACH: f64 = 1104.0;
+
+/// `2⁻⁴⁰`: what the margin allows, relatively, for the inverse of the
+/// approximated logarithm and the final product (see [`LogLikeMapping`]).
+const INVERSE_ALLOWANCE: f64 = 1.0 / (1u64 << 40) as f64;
+
+/// The margin `μ`, in `ln` space, that bounds every rounding between a
+/// value, its key and the key's representative (see [`LogLikeMapping`]).
+fn margin(multiplier: f64, index_offset: f64) -> f64 {
+    let reach = LOG_REACH + (2.0 * index_offset.abs() + 1.0) / multiplier;
+    64.0 * UNIT_ROUNDOFF * reach + INVERSE_ALLOWANCE
+}
+
+/// Two mappings are equal when their buckets and representatives are: same
+/// approximation (the type), γ and index offset. The relative accuracy is
+/// left out: a mapping rebuilt from its γ states the one γ guarantees.
+impl<L: LogApproximation> PartialEq for LogLikeMapping<L> {
+    fn eq(&self, other: &Self) -> bool {
+        self.gamma.to_bits() == other.gamma.to_bits() && self.index_offset == other.index_offset
+    }
 }
 
 impl<L: LogApproximation> LogLikeMapping<L> {
@@ -201,18 +319,42 @@ impl<L: LogApproximation> LogLikeMapping<L> {
     /// with index offset 0.
     ///
     /// # Errors
-    /// [`MappingError::InvalidRelativeAccuracy`] unless `0 < α < 1`, or if α
-    /// is so small that the keys of ordinary values would not fit `i32`
-    /// (below about `1e-7`).
+    /// [`MappingError::InvalidRelativeAccuracy`] unless
+    /// [`MIN_RELATIVE_ACCURACY`]` <= α < 1`.
     pub fn new(relative_accuracy: f64) -> Result<Self, MappingError> {
         let a = relative_accuracy;
-        // `!(a > 0.0 && a < 1.0)` also rejects NaN.
-        if !(a > 0.0 && a < 1.0) {
-            return Err(MappingError::InvalidRelativeAccuracy(a));
+        let refused = MappingError::InvalidRelativeAccuracy(a);
+        // The negated form also rejects NaN.
+        if !(MIN_RELATIVE_ACCURACY..1.0).contains(&a) {
+            return Err(refused);
         }
-        let ln_gamma = libm::log1p(2.0 * a / (1.0 - a));
-        let multiplier = L::CORRECTING_FACTOR * L::LN_BASE / ln_gamma;
-        Self::build(multiplier, 0.0, a).ok_or(MappingError::InvalidRelativeAccuracy(a))
+        // The margin for the textbook multiplier; the narrower buckets have a
+        // larger multiplier and so a margin no larger.
+        let textbook = L::CORRECTING_FACTOR * L::LN_BASE / libm::log1p(2.0 * a / (1.0 - a));
+        let mu = margin(textbook, 0.0);
+        // The widest half-width `α'` whose guaranteed α, `α' + (1 + α') ·
+        // (e^{2μ} − 1)`, is `a`; then the γ of those buckets.
+        // `(1 + a) · e^{−2μ} − 1`, without cancellation.
+        let half = a * libm::exp(-2.0 * mu) + libm::expm1(-2.0 * mu);
+        let mut ln_gamma = libm::log1p(2.0 * half / (1.0 - half)) / L::CORRECTING_FACTOR;
+        // Rounding may leave the guarantee a hair above `a`: narrow further,
+        // by steps that double from a relative 2⁻⁴⁰.
+        let mut step = INVERSE_ALLOWANCE;
+        for _ in 0..16 {
+            let narrower = Self::build(libm::exp(ln_gamma), 0.0)
+                .filter(|m| m.relative_accuracy <= a)
+                .map(|m| Self {
+                    relative_accuracy: a,
+                    ..m
+                });
+            if let Some(m) = narrower {
+                // The range depends on the α stated: rebuild it for `a`.
+                return m.with_range().ok_or(refused);
+            }
+            ln_gamma *= 1.0 - step;
+            step *= 2.0;
+        }
+        Err(refused)
     }
 
     /// The mapping with the given own γ and index offset, as a wire format
@@ -220,7 +362,10 @@ impl<L: LogApproximation> LogLikeMapping<L> {
     /// accuracy follows from γ.
     ///
     /// # Errors
-    /// [`MappingError::InvalidGamma`] unless γ is finite and `> 1`;
+    /// [`MappingError::InvalidGamma`] unless γ is finite and `> 1`, and far
+    /// enough above 1 that the relative accuracy it implies is at least
+    /// [`MIN_RELATIVE_ACCURACY`] (less 1 %, so that every mapping's own γ
+    /// is taken back);
     /// [`MappingError::InvalidIndexOffset`] unless the offset is finite and
     /// leaves the indexable range non-empty.
     pub fn with_gamma(gamma: f64, index_offset: f64) -> Result<Self, MappingError> {
@@ -230,39 +375,60 @@ impl<L: LogApproximation> LogLikeMapping<L> {
         if !index_offset.is_finite() || index_offset.abs() > f64::from(i32::MAX) / 2.0 {
             return Err(MappingError::InvalidIndexOffset(index_offset));
         }
-        let ln_gamma = libm::log(gamma);
-        let multiplier = L::LN_BASE / ln_gamma;
-        let relative_accuracy = 1.0 - 2.0 / (1.0 + libm::exp(L::CORRECTING_FACTOR * ln_gamma));
-        if !(relative_accuracy > 0.0 && relative_accuracy < 1.0) {
+        let m = Self::build(gamma, index_offset).ok_or(MappingError::InvalidGamma(gamma))?;
+        if !(0.99 * MIN_RELATIVE_ACCURACY..1.0).contains(&m.relative_accuracy) {
             return Err(MappingError::InvalidGamma(gamma));
         }
-        Self::build(multiplier, index_offset, relative_accuracy)
+        m.with_range()
             .ok_or(MappingError::InvalidIndexOffset(index_offset))
     }
 
-    fn build(multiplier: f64, index_offset: f64, relative_accuracy: f64) -> Option<Self> {
-        let gamma_exact = (1.0 + relative_accuracy) / (1.0 - relative_accuracy);
-        // Keep one base-unit of margin from the i32 key limits, and stay on
-        // normal floats so the bit-level logs are valid.
-        let lowest = (f64::from(i32::MIN) - index_offset) / multiplier + 1.0;
-        let highest = (f64::from(i32::MAX) - index_offset) / multiplier - 1.0;
-        let min_indexable = (f64::MIN_POSITIVE * gamma_exact).max(L::exp(lowest));
-        let max_indexable = (f64::MAX / (1.0 + relative_accuracy)).min(L::exp(highest));
-        let valid = multiplier.is_finite()
-            && multiplier > 0.0
-            && min_indexable.is_finite()
-            && max_indexable.is_finite()
-            && min_indexable < 1.0
-            && max_indexable > 1.0;
+    /// The mapping of γ and offset, with the relative accuracy they
+    /// guarantee (see the implementation notes) and no range yet.
+    fn build(gamma: f64, index_offset: f64) -> Option<Self> {
+        let ln_gamma = libm::log(gamma);
+        let multiplier = L::LN_BASE / ln_gamma;
+        // The widest bucket in `ln` space, its half-width as a relative
+        // accuracy (`tanh(w / 2)`), and the margin.
+        let width = L::CORRECTING_FACTOR * ln_gamma;
+        let grown = libm::expm1(width);
+        let half = grown / (grown + 2.0);
+        let center = 1.0 + half;
+        let mu = margin(multiplier, index_offset);
+        let relative_accuracy = half + center * libm::expm1(2.0 * mu);
+        let valid = multiplier.is_finite() && multiplier > 0.0 && relative_accuracy.is_finite();
         valid.then_some(Self {
             scaled: L::scale(multiplier),
             multiplier,
             inverse_multiplier: 1.0 / multiplier,
             index_offset,
+            gamma,
             relative_accuracy,
+            center,
+            min_indexable: f64::NAN,
+            max_indexable: f64::NAN,
+            approximation: PhantomData,
+        })
+    }
+
+    /// This mapping with its indexable range set, or `None` if it is empty.
+    fn with_range(self) -> Option<Self> {
+        let a = self.relative_accuracy;
+        let gamma_exact = (1.0 + a) / (1.0 - a);
+        // Keep one base-unit of margin from the i32 key limits, and stay on
+        // normal floats so the bit-level logs are valid.
+        let lowest = (f64::from(i32::MIN) - self.index_offset) / self.multiplier + 1.0;
+        let highest = (f64::from(i32::MAX) - self.index_offset) / self.multiplier - 1.0;
+        let min_indexable = (f64::MIN_POSITIVE * gamma_exact).max(L::exp(lowest));
+        let max_indexable = (f64::MAX / (1.0 + a)).min(L::exp(highest));
+        let valid = min_indexable.is_finite()
+            && max_indexable.is_finite()
+            && min_indexable < 1.0
+            && max_indexable > 1.0;
+        valid.then_some(Self {
             min_indexable,
             max_indexable,
-            approximation: PhantomData,
+            ..self
         })
     }
 
@@ -316,11 +482,17 @@ impl<L: LogApproximation> IndexMapping for LogLikeMapping<L> {
         L::exp(self.exponent(index))
     }
 
-    /// `lower_bound(index) · (1 + α)`, bit for bit, with the factor folded
-    /// into the power of two.
+    /// `lower_bound(index) · c`, bit for bit, with the centre factor `c`
+    /// folded into the power of two: within α of the bucket, exactly (see
+    /// the implementation notes).
     #[inline]
     fn value(&self, index: i32) -> f64 {
-        L::exp_scaled(self.exponent(index), 1.0 + self.relative_accuracy)
+        L::exp_scaled(self.exponent(index), self.center)
+    }
+
+    /// `2μ` (see the implementation notes), computed: a few operations.
+    fn key_slack(&self) -> f64 {
+        2.0 * margin(self.multiplier, self.index_offset)
     }
 
     fn relative_accuracy(&self) -> f64 {
@@ -328,7 +500,7 @@ impl<L: LogApproximation> IndexMapping for LogLikeMapping<L> {
     }
 
     fn gamma(&self) -> f64 {
-        libm::exp(L::LN_BASE / self.multiplier)
+        self.gamma
     }
 
     fn index_offset(&self) -> f64 {
@@ -349,6 +521,7 @@ impl<L: LogApproximation> fmt::Debug for LogLikeMapping<L> {
         f.debug_struct("LogLikeMapping")
             .field("interpolation", &L::INTERPOLATION)
             .field("relative_accuracy", &self.relative_accuracy)
+            .field("gamma", &self.gamma)
             .field("multiplier", &self.multiplier)
             .field("index_offset", &self.index_offset)
             .finish()
@@ -519,8 +692,12 @@ mod tests {
 
     fn round_trip<L: LogApproximation>(m: LogLikeMapping<L>) {
         let again = LogLikeMapping::<L>::with_gamma(m.gamma(), m.index_offset()).unwrap();
-        assert!((again.multiplier() - m.multiplier()).abs() <= 1e-9 * m.multiplier());
-        assert!((again.relative_accuracy() - m.relative_accuracy()).abs() <= 1e-12);
+        assert_eq!(again, m);
+        assert_eq!(again.multiplier().to_bits(), m.multiplier().to_bits());
+        assert_eq!(again.center.to_bits(), m.center.to_bits());
+        // It states the α its γ guarantees: at most the one asked for.
+        assert!(again.relative_accuracy() <= m.relative_accuracy());
+        assert!(again.relative_accuracy() >= m.relative_accuracy() * (1.0 - 1e-8));
     }
 
     #[test]
@@ -534,7 +711,10 @@ mod tests {
 
     #[test]
     fn exact_mapping_gamma_is_the_textbook_one() {
+        // Narrower by the margin that makes the guarantee exact.
         let m = LogarithmicMapping::new(0.01).unwrap();
-        assert!((m.gamma() - 1.01 / 0.99).abs() < 1e-12);
+        assert!(m.gamma() < 1.01 / 0.99);
+        assert!((m.gamma() - 1.01 / 0.99).abs() < 1e-9);
+        assert_eq!(m.relative_accuracy(), 0.01);
     }
 }

@@ -226,10 +226,15 @@ impl<const N: usize, S: CollapseSide> CollapsingStore<N, S> {
             Collapse::Lowest => max(k, edge),
             Collapse::Highest => min(k, edge),
         };
+        let slot = Self::slot(target as i32);
+        self.add_at(slot, count);
         if target != k {
-            self.collapsed = self.collapsed.saturating_add(u64::from(count));
+            // Never more than the edge bucket holds: what saturation
+            // dropped is not in it (and then the cap, `u32::MAX`, is
+            // reached whatever the order the samples came in).
+            let at = self.counts.get(slot).map_or(0, |&c| u64::from(c));
+            self.collapsed = min(self.collapsed.saturating_add(u64::from(count)), at);
         }
-        self.add_at(Self::slot(target as i32), count);
     }
 
     /// Empties the slots of the keys `keys` (all in the old occupied range)
@@ -314,7 +319,11 @@ impl<const N: usize, S: CollapseSide> CollapsingStore<N, S> {
             }
         }
         self.total = self.total.saturating_add(stored);
-        self.saturated = self.saturated.saturating_add(dropped);
+        // What did not fit now, and what `other` had already dropped.
+        self.saturated = self
+            .saturated
+            .saturating_add(dropped)
+            .saturating_add(other.saturated);
         // A collapsed `other` spans `N` keys, so the union is its range and
         // both edge buckets are the same one: its collapsed samples are
         // there (unless saturation dropped them).
@@ -602,6 +611,32 @@ impl<const N: usize, S: CollapseSide> Store for CollapsingStore<N, S> {
         self.count_at_or_below_impl(key)
     }
 
+    fn count_covering_at_or_below(&self, key: i32) -> u64 {
+        // The collapsed lowest bucket stands for every key below it.
+        let key = match S::SIDE {
+            Collapse::Lowest if self.collapsed > 0 => max(key, self.low),
+            _ => key,
+        };
+        self.count_at_or_below_impl(key)
+    }
+
+    fn count_covering_at_or_above(&self, key: i32) -> u64 {
+        if self.span == 0 {
+            return 0;
+        }
+        // The collapsed highest bucket stands for every key above it.
+        let key = match S::SIDE {
+            Collapse::Highest if self.collapsed > 0 => min(key, self.high()),
+            _ => key,
+        };
+        if key <= self.low {
+            return self.total;
+        }
+        // `key > low`, so `key − 1` does not wrap.
+        self.total
+            .saturating_sub(self.count_at_or_below_impl(key.wrapping_sub(1)))
+    }
+
     #[inline]
     fn count_of(&self, key: i32) -> u32 {
         if self.holds(key) {
@@ -616,12 +651,18 @@ impl<const N: usize, S: CollapseSide> Store for CollapsingStore<N, S> {
     }
 
     fn merge(&mut self, other: &Self) {
-        if other.span == 0 || self.merge_aligned(other) {
+        if other.span == 0 {
+            // Nothing stored, but perhaps samples dropped.
+            self.saturated = self.saturated.saturating_add(other.saturated);
+            return;
+        }
+        if self.merge_aligned(other) {
             return;
         }
         for (key, count) in other.bins() {
             self.add(key, count);
         }
+        self.saturated = self.saturated.saturating_add(other.saturated);
         if other.collapsed > 0 {
             // The union spans more than `N` keys, so this store has
             // collapsed too. If `other`'s edge bucket was folded into ours,

@@ -13,7 +13,9 @@
 //! Counters are `u32` (4 bytes a bucket, so 1024 buckets take 4 KiB). A
 //! counter that would pass `u32::MAX` stays at `u32::MAX` and the samples that
 //! did not fit are counted in [`Store::saturated`]; they are then missing from
-//! [`Store::total`], so quantiles stay consistent with what was stored.
+//! [`Store::total`], so quantiles stay consistent with what was stored. Both
+//! depend only on the samples given, not their order, and a merge adds the
+//! other store's saturated samples to its own.
 
 mod collapsing;
 mod no_store;
@@ -64,7 +66,9 @@ pub const MAX_CAPACITY: usize = 1 << 24;
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub struct StoreCollapse {
     /// Samples (by weight) counted in the collapsed bucket although their
-    /// own key was elsewhere: those folded in and those that arrived later.
+    /// own key was elsewhere: those folded in and those that arrived later,
+    /// but never more than the bucket holds (saturation may have dropped
+    /// some), so never more than [`Store::total`].
     pub samples: u64,
     /// The key that bounds the exact region. For collapsing-lowest, keys
     /// `>= boundary` are exact and everything below was folded into
@@ -108,6 +112,24 @@ pub trait Store: Clone + Default {
 
     /// Samples in buckets whose key is `<= key`.
     fn count_at_or_below(&self, key: i32) -> u64;
+
+    /// Samples in buckets that may hold values of keys `<= key`: those
+    /// [`count_at_or_below`](Self::count_at_or_below) counts and, once the
+    /// lowest keys have collapsed, the collapsed bucket for any `key` below
+    /// it, since it holds samples of every key up to its own.
+    fn count_covering_at_or_below(&self, key: i32) -> u64 {
+        self.count_at_or_below(key)
+    }
+
+    /// Samples in buckets that may hold values of keys `>= key`: those in
+    /// buckets whose key is `>= key` and, once the highest keys have
+    /// collapsed, the collapsed bucket for any `key` above it.
+    fn count_covering_at_or_above(&self, key: i32) -> u64 {
+        match key.checked_sub(1) {
+            Some(below) => self.total().saturating_sub(self.count_at_or_below(below)),
+            None => self.total(),
+        }
+    }
 
     /// The count of bucket `key` (0 outside the occupied range).
     fn count_of(&self, key: i32) -> u32;

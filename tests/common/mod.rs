@@ -3,6 +3,8 @@
 #![allow(dead_code)]
 
 use proptest::prelude::*;
+use std::collections::BTreeMap;
+use tailguard::store::{Collapse, StoreCollapse};
 use tailguard::{DDSketch, IndexMapping, Store};
 
 /// Proptest cases: `PROPTEST_CASES` if set, otherwise `default`.
@@ -142,9 +144,6 @@ pub enum Side {
     Highest,
 }
 
-/// Floating slack on top of α.
-pub const SLACK: f64 = 1e-12;
-
 /// Exact lower quantile, with the same rank arithmetic the sketch documents:
 /// `sorted[floor(q·(n−1))]`.
 pub fn exact_quantile(sorted: &[f64], q: f64) -> f64 {
@@ -174,8 +173,19 @@ pub fn feed<M: IndexMapping, P: Store, N: Store>(
     Ok(())
 }
 
+/// Whether `e >= x · (1 − a)`, exactly (`x` positive normal).
+pub fn not_below(e: f64, x: f64, a: f64) -> bool {
+    e >= x || within(e, x, a)
+}
+
+/// Whether `e <= x · (1 + a)`, exactly (`x` positive normal).
+pub fn not_above(e: f64, x: f64, a: f64) -> bool {
+    e <= x || within(e, x, a)
+}
+
 /// Checks one estimate `est` of the exact quantile `x` against the α
-/// guarantee, relaxed on the collapsed side of a collapsed store.
+/// guarantee, exactly (no rounding slack), relaxed on the collapsed side of
+/// a collapsed store as documented.
 pub fn check_estimate<M: IndexMapping, P: Store, N: Store>(
     sketch: &DDSketch<M, P, N>,
     side: Side,
@@ -203,7 +213,6 @@ pub fn check_estimate<M: IndexMapping, P: Store, N: Store>(
     } else {
         sketch.negative_collapse()
     };
-    let tol = (alpha + SLACK) * mag;
     let exact_side = match collapse {
         None => true,
         Some(c) => match side {
@@ -213,7 +222,7 @@ pub fn check_estimate<M: IndexMapping, P: Store, N: Store>(
     };
     if exact_side {
         prop_assert!(
-            (est - x).abs() <= tol,
+            within(est, x, alpha),
             "q={} exact={:e} est={:e} rel err={:e} alpha={} collapse={:?}",
             q,
             x,
@@ -239,7 +248,7 @@ pub fn check_estimate<M: IndexMapping, P: Store, N: Store>(
             // Over-estimated in magnitude, never under beyond α, and at most
             // up to the collapsed bucket's representative.
             prop_assert!(
-                e >= mag * (1.0 - alpha - SLACK),
+                not_below(e, mag, alpha),
                 "collapsed low: q={} exact={:e} est={:e} bound={:e}",
                 q,
                 x,
@@ -247,7 +256,7 @@ pub fn check_estimate<M: IndexMapping, P: Store, N: Store>(
                 bound
             );
             prop_assert!(
-                e <= mag.max(bound) * (1.0 + alpha + SLACK),
+                not_above(e, mag.max(bound), alpha),
                 "collapsed low too high: q={} exact={:e} est={:e} bound={:e}",
                 q,
                 x,
@@ -257,7 +266,7 @@ pub fn check_estimate<M: IndexMapping, P: Store, N: Store>(
         }
         Side::Highest => {
             prop_assert!(
-                e <= mag * (1.0 + alpha + SLACK),
+                not_above(e, mag, alpha),
                 "collapsed high: q={} exact={:e} est={:e} bound={:e}",
                 q,
                 x,
@@ -265,7 +274,7 @@ pub fn check_estimate<M: IndexMapping, P: Store, N: Store>(
                 bound
             );
             prop_assert!(
-                e >= mag.min(bound) * (1.0 - alpha - SLACK),
+                not_below(e, mag.min(bound), alpha),
                 "collapsed high too low: q={} exact={:e} est={:e} bound={:e}",
                 q,
                 x,
@@ -305,37 +314,70 @@ pub fn check_quantiles<M: IndexMapping, P: Store, N: Store>(
     Ok(())
 }
 
+/// Whether sample `x` lies below the exclusive upper limit the documented
+/// `rank(v)` bounds give (`rank(v)` is at most the fraction of samples for
+/// which this holds), decided exactly. True for a prefix of the sorted
+/// samples. Without a collapse the limit is
+/// `v·γ` for positive `v` (`v/γ` for negative `v`, `min_indexable` inside
+/// the zero bucket). After a collapse the collapsed bucket counts whole: for
+/// a collapsing-lowest store `max(v, bound)·γ` (0 for negative `v` above
+/// `−bound·γ`); for a collapsing-highest store `+∞` for `v >= bound/γ`
+/// (`max(v, −bound)/γ` for negative `v`).
+pub fn under_rank_limit<M: IndexMapping, P: Store, N: Store>(
+    sketch: &DDSketch<M, P, N>,
+    side: Side,
+    v: f64,
+    x: f64,
+) -> bool {
+    let m = sketch.mapping();
+    let a = m.relative_accuracy();
+    let min_idx = m.min_indexable_value();
+    // `x < base · γ` for positive `base`.
+    let below_times = |base: f64| x < min_idx || below_gamma(x, base, a);
+    // `x < −base / γ` for positive `base`: `x` negative and `base < |x|·γ`.
+    let below_over = |base: f64| x < 0.0 && x.abs() >= min_idx && below_gamma(base, -x, a);
+    if v >= min_idx {
+        match (side, sketch.collapse()) {
+            (_, None) => below_times(v),
+            (Side::Lowest, Some(c)) => below_times(v.max(c.bound)),
+            (Side::Highest, Some(c)) => below_gamma(c.bound, v, a) || below_times(v),
+        }
+    } else if v <= -min_idx {
+        let mag = -v;
+        match (side, sketch.negative_collapse()) {
+            (_, None) => below_over(mag),
+            (Side::Lowest, Some(c)) if below_gamma(mag, c.bound, a) => x < 0.0,
+            (Side::Lowest, Some(_)) => below_over(mag),
+            (Side::Highest, Some(c)) => below_over(mag.min(c.bound)),
+        }
+    } else {
+        x < min_idx
+    }
+}
+
 /// `rank(v)` lies between the exact fractions of samples `<= v` and of
-/// samples in buckets up to `v`'s: `< v·γ` for positive `v`, `< v/γ` for
-/// negative `v`, `< min_indexable` inside the zero bucket.
+/// samples under the documented limit (see `under_rank_limit`).
 pub fn check_rank<M: IndexMapping, P: Store, N: Store>(
     sketch: &DDSketch<M, P, N>,
+    side: Side,
     sorted: &[f64],
     v: f64,
 ) -> Result<(), TestCaseError> {
-    let m = sketch.mapping();
-    let alpha = m.relative_accuracy();
-    let gamma = (1.0 + alpha) / (1.0 - alpha) * (1.0 + SLACK);
-    let min_idx = m.min_indexable_value();
     let n = sorted.len() as f64;
     let est = sketch.rank(v).expect("not NaN").expect("not empty");
     let at_or_below = sorted.partition_point(|&x| x <= v) as f64 / n;
-    let limit = if v >= min_idx {
-        v * gamma
-    } else if v <= -min_idx {
-        v / gamma
-    } else {
-        min_idx
-    };
-    let below_limit = sorted.partition_point(|&x| x < limit) as f64 / n;
-    // Fractions are compared with a little float slack.
+    // The predicate holds for a prefix of the sorted samples.
+    let under = sorted.partition_point(|&x| under_rank_limit(sketch, side, v, x)) as f64 / n;
+    // The fractions themselves are compared with a little float slack.
     prop_assert!(
-        est >= at_or_below - 1e-12 && est <= below_limit.max(at_or_below) + 1e-12,
-        "rank({:e}) = {} not in [{}, {}]",
+        est >= at_or_below - 1e-12 && est <= under.max(at_or_below) + 1e-12,
+        "rank({:e}) = {} not in [{}, {}] (collapse {:?} / {:?})",
         v,
         est,
         at_or_below,
-        below_limit
+        under,
+        sketch.collapse(),
+        sketch.negative_collapse()
     );
     Ok(())
 }
@@ -390,12 +432,186 @@ pub fn check_all<M: IndexMapping, P: Store, N: Store>(
     check_quantiles(sketch, side, sorted)?;
     let sum = data.iter().fold(0.0, |s, &v| s + v);
     prop_assert_eq!(sketch.sum().map(f64::to_bits), Some(sum.to_bits()));
-    prop_assert_eq!(
-        sketch.mean().map(f64::to_bits),
-        Some((sum / data.len() as f64).to_bits())
-    );
+    // The mean, clamped into [min, max] against the rounding of the sum.
+    let mean = (sum / data.len() as f64).clamp(sorted[0], sorted[sorted.len() - 1]);
+    prop_assert_eq!(sketch.mean().map(f64::to_bits), Some(mean.to_bits()));
     for v in rank_probes(sorted) {
-        check_rank(sketch, sorted, v)?;
+        check_rank(sketch, side, sorted, v)?;
     }
     Ok(())
+}
+
+/// What a collapsing store must hold after taking some `(key, weight)`s.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoreModel {
+    /// Non-empty buckets, ascending, each holding `min(weight, u32::MAX)`.
+    pub bins: Vec<(i32, u32)>,
+    /// The weight that did not fit its bucket's counter.
+    pub saturated: u64,
+    pub collapse: Option<StoreCollapse>,
+}
+
+impl StoreModel {
+    pub fn total(&self) -> u64 {
+        self.bins.iter().map(|&(_, c)| u64::from(c)).sum()
+    }
+}
+
+/// The exact contents of a collapsing store, from the multiset of keys alone.
+///
+/// With `lo` and `hi` the smallest and largest keys, nothing folds while
+/// `hi − lo < N`; otherwise collapsing-lowest keeps `hi − N + 1 ..= hi` and
+/// folds every smaller key into `hi − N + 1`, and collapsing-highest keeps
+/// `lo ..= lo + N − 1` and folds every larger key into `lo + N − 1`. A
+/// bucket whose weight `W` passes `u32::MAX` holds `u32::MAX` and
+/// `W − u32::MAX` is saturated. The collapse counts the folded weight, but
+/// never more than the edge bucket holds.
+pub fn store_model(side: Collapse, capacity: usize, adds: &[(i32, u32)]) -> StoreModel {
+    let mut keys: BTreeMap<i32, u64> = BTreeMap::new();
+    for &(k, c) in adds.iter().filter(|a| a.1 > 0) {
+        *keys.entry(k).or_default() += u64::from(c);
+    }
+    let (Some((&lo, _)), Some((&hi, _))) = (keys.first_key_value(), keys.last_key_value()) else {
+        return StoreModel {
+            bins: vec![],
+            saturated: 0,
+            collapse: None,
+        };
+    };
+    let n = capacity as i64;
+    let mut folded: BTreeMap<i32, u64> = BTreeMap::new();
+    let mut collapse = None;
+    if i64::from(hi) - i64::from(lo) < n {
+        folded = keys;
+    } else {
+        let (edge, boundary) = match side {
+            Collapse::Lowest => {
+                let edge = (i64::from(hi) - n + 1) as i32;
+                (edge, edge + 1)
+            }
+            Collapse::Highest => {
+                let edge = (i64::from(lo) + n - 1) as i32;
+                (edge, edge)
+            }
+        };
+        let mut samples = 0;
+        for (&k, &c) in &keys {
+            let kept = match side {
+                Collapse::Lowest => k.max(edge),
+                Collapse::Highest => k.min(edge),
+            };
+            if kept != k {
+                samples += c;
+            }
+            *folded.entry(kept).or_default() += c;
+        }
+        let at_edge = folded[&edge].min(u64::from(u32::MAX));
+        collapse = Some(StoreCollapse {
+            samples: samples.min(at_edge),
+            boundary,
+        });
+    }
+    let max = u64::from(u32::MAX);
+    StoreModel {
+        bins: folded
+            .iter()
+            .map(|(&k, &c)| (k, c.min(max) as u32))
+            .collect(),
+        saturated: folded.values().map(|&c| c.saturating_sub(max)).sum(),
+        collapse,
+    }
+}
+
+// Exact arithmetic on doubles, for checking the α guarantee without slack.
+
+/// `(s, e)` with `s + e == a + b` exactly (Knuth's TwoSum; no overflow).
+pub fn two_sum(a: f64, b: f64) -> (f64, f64) {
+    let s = a + b;
+    let bb = s - a;
+    (s, (a - (s - bb)) + (b - bb))
+}
+
+/// `(p, e)` with `p + e == a · b` exactly: the error of the product, split
+/// by a fused multiply-add (exact while `a · b` is far from underflow).
+pub fn two_prod(a: f64, b: f64) -> (f64, f64) {
+    let p = a * b;
+    (p, a.mul_add(b, -p))
+}
+
+/// The sign of the exact sum of `terms` (finite, far from overflow and
+/// underflow), by Shewchuk's expansion: the sum becomes non-overlapping
+/// components whose largest decides the sign.
+pub fn sign_of_sum(terms: &[f64]) -> core::cmp::Ordering {
+    let mut expansion: Vec<f64> = Vec::new();
+    for &t in terms {
+        let mut q = t;
+        let mut next = Vec::with_capacity(expansion.len() + 1);
+        for &e in &expansion {
+            let (s, err) = two_sum(q, e);
+            if err != 0.0 {
+                next.push(err);
+            }
+            q = s;
+        }
+        next.push(q);
+        expansion = next;
+    }
+    let top = expansion.iter().rev().find(|&&x| x != 0.0).copied();
+    top.map_or(core::cmp::Ordering::Equal, |t| {
+        t.partial_cmp(&0.0).expect("finite")
+    })
+}
+
+/// `2^k` for `|k| <= 1000`, exactly.
+fn pow2(k: i32) -> f64 {
+    f64::from_bits(((1023 + k) as u64) << 52)
+}
+
+/// `x` and `y` scaled by one power of two so that the larger magnitude is
+/// in `[1, 2)`: exact for normal numbers, and keeps products of them with
+/// factors above `2^-500` far from underflow.
+fn normalized(x: f64, y: f64) -> (f64, f64) {
+    let big = x.abs().max(y.abs());
+    let e = ((big.to_bits() >> 52) & 0x7ff) as i32 - 1023;
+    // Two steps: each factor stays a normal power of two.
+    let (h, l) = (-e / 2, -e - (-e / 2));
+    (x * pow2(h) * pow2(l), y * pow2(h) * pow2(l))
+}
+
+/// Whether `|est − x| <= a · |x|` holds exactly, in real arithmetic on the
+/// doubles given (`0 < a < 1`, `x` normal or zero, `est` finite).
+pub fn within(est: f64, x: f64, a: f64) -> bool {
+    if x == 0.0 {
+        return est == 0.0;
+    }
+    // With a < 1, the answer is no unless est has x's sign and lies below
+    // twice x.
+    let (e, m) = (est * x.signum(), x.abs());
+    if !(e > 0.0 && e < 2.0 * m) {
+        return false;
+    }
+    let (e, m) = normalized(e, m);
+    let (p, pe) = two_prod(a, m);
+    // a·m − |e − m| >= 0, with the sign of e − m known.
+    let terms = if e >= m {
+        [p, pe, -e, m]
+    } else {
+        [p, pe, e, -m]
+    };
+    sign_of_sum(&terms) != core::cmp::Ordering::Less
+}
+
+/// Whether `x < v · (1 + a) / (1 − a)` holds exactly, for positive `x` and
+/// `v` (normal): `x − a·x − v − a·v < 0`.
+pub fn below_gamma(x: f64, v: f64, a: f64) -> bool {
+    if x <= v {
+        return true;
+    }
+    if x > 4.0 * v / (1.0 - a) {
+        return false;
+    }
+    let (x, v) = normalized(x, v);
+    let (ax, axe) = two_prod(a, x);
+    let (av, ave) = two_prod(a, v);
+    sign_of_sum(&[x, -v, -ax, -axe, -av, -ave]) == core::cmp::Ordering::Less
 }
