@@ -46,15 +46,19 @@
 //! dropped mid-flight releases what it held on its own. Counters saturate.
 //!
 //! # Accuracy
-//! A sketch with relative accuracy α answers every quantile within α of
-//! the exact lower quantile `sorted[⌊q·(n−1)⌋]`, whatever the mapping. With
-//! `N` buckets it covers values from `v` to `v · γ^N` (γ = (1+α)/(1−α)); at
-//! α = 1 % the default 1024 buckets span 1 µs to about 10 minutes (in ns).
-//! Past that range the lowest buckets collapse: [`DDSketch::collapse`] says
-//! so and from which value up the guarantee still holds; quantiles below it
-//! are over-estimated, never under-estimated. What a sketch holds depends
-//! only on the samples it was given, not their order, so merging sketches
-//! gives exactly the sketch of the combined stream, collapse included.
+//! A sketch with relative accuracy α answers every quantile `x̂` within α
+//! of the exact lower quantile `x = sorted[⌊q·(n−1)⌋]`, whatever the
+//! mapping, exactly in floating point: `|x̂ − x| ≤ α·|x|` holds in real
+//! arithmetic on the doubles, with no rounding slack (the buckets are
+//! narrower than γ = (1+α)/(1−α) by a proven margin of about 10⁻¹¹). With
+//! `N` buckets it covers values from `v` to about `v · γ^N`; at α = 1 % the
+//! default 1024 buckets span 1 µs to about 10 minutes (in ns). Past that
+//! range the lowest buckets collapse: [`DDSketch::collapse`] says so and
+//! from which value up the guarantee still holds; quantiles below it are
+//! over-estimated, never under-estimated. What a sketch holds depends only
+//! on the samples it was given, not their order, so merging sketches gives
+//! exactly the sketch of the combined stream, collapse and saturation
+//! included (the float sum up to the rounding of its additions).
 //!
 //! # Limitations
 //! * Bucket counters are `u32`: a bucket that receives more than 4·10⁹

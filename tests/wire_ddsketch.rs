@@ -61,9 +61,13 @@ fn bins<S: Store>(s: &S) -> Vec<(i32, u32)> {
     s.bins().collect()
 }
 
-/// Same buckets, same counts; quantiles equal up to the ulps by which a
-/// mapping rebuilt from its γ may differ.
-fn assert_same<M: IndexMapping, P: Store, N: Store>(a: &DDSketch<M, P, N>, b: &DDSketch<M, P, N>) {
+/// Same buckets, same counts; quantiles equal within `tol` (relative),
+/// except at the ends.
+fn assert_same<M: IndexMapping, P: Store, N: Store>(
+    a: &DDSketch<M, P, N>,
+    b: &DDSketch<M, P, N>,
+    tol: f64,
+) {
     assert_eq!(a.count(), b.count());
     assert_eq!(a.zero_count(), b.zero_count());
     assert_eq!(bins(a.positive_store()), bins(b.positive_store()));
@@ -74,29 +78,39 @@ fn assert_same<M: IndexMapping, P: Store, N: Store>(a: &DDSketch<M, P, N>, b: &D
             b.quantile(q).unwrap().unwrap(),
         );
         // Min and max do not travel: the decoded sketch's are the extreme
-        // buckets' representatives, so the ends may differ within α.
+        // buckets' representatives, so an answer clamped to either end (any
+        // rank in an extreme bucket) may differ within α.
         let alpha = a.mapping().relative_accuracy();
-        let tol = if q == 0.0 || q == 1.0 {
-            2.0 * alpha
-        } else {
-            1e-12
-        };
-        assert!((x - y).abs() <= tol * x.abs(), "q={q}: {x} vs {y}");
+        let ends = [a.min(), a.max(), b.min(), b.max()];
+        let at_an_end = ends.iter().flatten().any(|&e| e == x || e == y);
+        let tol = if at_an_end { 2.0 * alpha } else { tol };
+        assert!(
+            (x - y).abs() <= tol * x.abs(),
+            "q={q}: {x} vs {y}; {:?} vs {:?}",
+            a.mapping(),
+            b.mapping()
+        );
     }
 }
 
 fn round_trip<M: WireMapping>(mapping: M) {
     let s = filled(mapping);
-    for convention in [Convention::GoJava, Convention::Python] {
-        let bytes = encode(&s, convention);
-        let back: Signed<M> = decode(&bytes, convention);
-        assert_same(&s, &back);
-        // The mapping comes back with the same parameters.
-        let m = back.mapping();
-        assert!((m.gamma() / s.mapping().gamma() - 1.0).abs() < 1e-14);
-        assert!((m.relative_accuracy() / s.mapping().relative_accuracy() - 1.0).abs() < 1e-12);
-        assert_eq!(m.index_offset(), s.mapping().index_offset());
-    }
+    // Go/Java bytes carry our own γ: the mapping comes back equal.
+    let bytes = encode(&s, Convention::GoJava);
+    let back: Signed<M> = decode(&bytes, Convention::GoJava);
+    assert_same(&s, &back, 1e-12);
+    assert_eq!(back.mapping(), s.mapping());
+    // Python's bytes carry (1+α)/(1−α), the textbook γ, and ours is
+    // narrower by the proven rounding margin (about 3.5e-11 relative at
+    // α = 1 %): decoded, the buckets are Python's, whose bounds drift from
+    // ours by that margin per key — 2e-7 relative at key 5 750.
+    let bytes = encode(&s, Convention::Python);
+    let back: Signed<M> = decode(&bytes, Convention::Python);
+    assert_same(&s, &back, 1e-6);
+    let m = back.mapping();
+    assert!((m.gamma() / s.mapping().gamma() - 1.0).abs() < 1e-9);
+    assert!((m.relative_accuracy() / s.mapping().relative_accuracy() - 1.0).abs() < 1e-6);
+    assert_eq!(m.index_offset(), s.mapping().index_offset());
 }
 
 #[test]
@@ -112,7 +126,6 @@ fn every_mapping_round_trips_in_both_conventions() {
 }
 
 #[test]
-#[ignore = "needs mapping PartialEq by gamma, index offset and interpolation (another branch)"]
 fn decoded_sketches_equal_their_origin() {
     for s in [
         filled(CubicMapping::new(0.01).unwrap()),
@@ -602,7 +615,12 @@ fn gamma_is_what_go_and_java_write() {
             .into_iter()
             .zip([go_log_gamma, go_linear_gamma, go_cubic_gamma])
         {
-            assert!((g / go - 1.0).abs() < 1e-14, "α={a}: {g} vs Go {go}");
+            // Our γ is narrower than the textbook one by the proven rounding
+            // margin (about 3.5e-11 relative at α = 1 %, see the mapping
+            // docs); it is what fixes our buckets, and a Go reader builds
+            // the same buckets from it.
+            assert!((g / go - 1.0).abs() < 1e-9, "α={a}: {g} vs Go {go}");
+            assert!(g <= go, "α={a}: {g} vs Go {go}");
         }
         // Python writes (1+α)/(1−α) for all three.
         for g in [
