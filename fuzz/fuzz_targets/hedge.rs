@@ -113,11 +113,13 @@ fn counters(s: &HedgeStats) -> [u64; 17] {
 }
 
 /// The hedges of `request` still in flight, as their send times.
+/// Send times of the request's hedges in flight (retries hold no lease).
 fn hedges_of(request: &Request<u8>) -> impl Iterator<Item = u64> + '_ {
+    let hedges = request.hedge_attempts();
     request
         .in_flight()
-        .without(Attempt::PRIMARY)
         .iter()
+        .filter(move |&a| hedges.contains(a))
         .filter_map(|a| request.sent_at(a))
 }
 
@@ -239,7 +241,8 @@ fuzz_target!(|input: Input| {
                         TimerAction::Wait { until } => assert!(until > now),
                         TimerAction::Skip(_) => {}
                     }
-                    assert!(l.request.attempts_sent() <= config.max_hedges + 1);
+                    assert!(l.request.attempts_sent() <= 8);
+                    assert!(l.request.retries_sent() <= config.max_retries);
                 }
             }
             Event::Commit { slot, attempt } => {
@@ -287,8 +290,15 @@ fuzz_target!(|input: Input| {
                             assert!(racing.contains(attempt));
                             assert_eq!(next, Attempt(sent));
                             assert_eq!(l.request.sent_at(next), Some(now));
-                            sends += 1;
-                            retries += 1;
+                            // A hedge if another attempt still races, else a
+                            // retry.
+                            if racing.without(attempt).is_empty() {
+                                assert!(!l.request.hedge_attempts().contains(next));
+                                retries += 1;
+                            } else {
+                                assert!(l.request.hedge_attempts().contains(next));
+                                sends += 1;
+                            }
                         }
                         FailureOutcome::Continue => {
                             assert!(!was_finished && !fatal && racing.contains(attempt));
@@ -305,7 +315,8 @@ fuzz_target!(|input: Input| {
                             assert!(was_finished || !racing.contains(attempt));
                         }
                     }
-                    assert!(l.request.attempts_sent() <= config.max_hedges + 1);
+                    assert!(l.request.attempts_sent() <= 8);
+                    assert!(l.request.retries_sent() <= config.max_retries);
                 }
             }
             Event::Abandon { slot } => {

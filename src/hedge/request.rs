@@ -410,6 +410,12 @@ impl<K: Copy> Request<K> {
         self.hedge_attempts.len()
     }
 
+    /// The attempts sent as hedges (raced against others in flight); the
+    /// rest, beyond the primary, were retries.
+    pub fn hedge_attempts(&self) -> AttemptSet {
+        self.hedge_attempts
+    }
+
     /// Retries sent so far (attempts that replaced a failed one when none
     /// was left in flight).
     pub fn retries_sent(&self) -> u8 {
