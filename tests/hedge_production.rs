@@ -591,3 +591,78 @@ fn the_delay_cannot_feed_on_its_own_censoring_times() {
     let delay = h.delay_ns(&(), t).unwrap();
     assert!(delay <= 5 * MS, "{delay}");
 }
+
+#[test]
+fn one_request_on_a_stale_clock_does_not_empty_the_window() {
+    let mut h = unlimited(HedgeConfig::DEFAULT);
+    let mut b = Backend::lognormal(5.0, 0.3, 13);
+    let t = traffic(&mut h, &mut b, 1_000 * SEC, 10 * MS, 100);
+    // A thread with a stale clock: one whole request a thousand seconds in
+    // the past (both its timestamps plausible together).
+    run_request(&mut h, &mut b, (), 10 * SEC);
+    let before = h.window(&()).unwrap().count();
+    let r = h.start((), t + 300 * MS, IDEMPOTENT);
+    assert!(data_driven(r.plan()), "{:?}", r.plan());
+    drop(r);
+    run_request(&mut h, &mut b, (), t + 300 * MS);
+    assert!(h.window(&()).unwrap().count() > before);
+}
+
+#[test]
+fn one_off_targets_do_not_evict_a_busy_one() {
+    for slots_used_by_busy_every in [2u64, 3, 4] {
+        let mut h: Hedger<u64, Budget, 4> =
+            Hedger::with_budget(HedgeConfig::DEFAULT, Budget::Unlimited).unwrap();
+        let mut lost = 0;
+        for i in 0..3_000u64 {
+            let key = if i % slots_used_by_busy_every == 0 {
+                0
+            } else {
+                1_000 + i
+            };
+            let mut r = h.start(key, i * MS, IDEMPOTENT);
+            h.on_commit(&mut r, Attempt::PRIMARY, i * MS + 1);
+            if i > 10 && h.window(&0).is_none() {
+                lost += 1;
+            }
+        }
+        assert_eq!(lost, 0, "busy every {slots_used_by_busy_every}");
+    }
+}
+
+#[test]
+fn the_in_flight_cap_holds_when_events_arrive_slightly_out_of_order() {
+    let config = HedgeConfig::DEFAULT
+        .prior_delay_ns(500 * MS)
+        .max_hedges_in_flight(1)
+        .in_flight_lease_ns(4_000 * MS);
+    let mut h = unlimited(config);
+    // Two threads read the clock 2 ns apart and take the lock the other way
+    // round.
+    let mut a = h.start((), 500 * MS + 1, IDEMPOTENT);
+    let mut b = h.start((), 500 * MS - 1, IDEMPOTENT);
+    assert!(matches!(
+        h.on_timer(&mut a, 1_000 * MS + 1),
+        TimerAction::SendHedge(_)
+    ));
+    assert_eq!(
+        h.on_timer(&mut b, 1_000 * MS - 1),
+        TimerAction::Skip(NoHedge::InFlightLimit)
+    );
+    assert_eq!(h.hedges_in_flight(1_000 * MS - 1), 1);
+}
+
+#[test]
+fn a_failure_past_the_deadline_ends_the_request() {
+    let mut h = unlimited(
+        HedgeConfig::DEFAULT
+            .prior_delay_ns(10 * MS)
+            .deadline_ns(100 * MS),
+    );
+    let mut r = h.start((), 0, IDEMPOTENT);
+    assert!(matches!(
+        h.on_failure(&mut r, Attempt::PRIMARY, 500 * MS, Failure::Retryable),
+        FailureOutcome::GiveUp { .. }
+    ));
+    assert_eq!(h.stats().retries_released, 0);
+}

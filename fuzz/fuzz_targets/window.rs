@@ -37,8 +37,9 @@ enum Op {
 struct Model {
     /// When the current half began; `None` before the first timestamp.
     start: Option<u64>,
-    /// The latest timestamp given (not the largest).
-    last_seen: u64,
+    /// The last two distinct timestamps given, older first; the later of
+    /// them is what an idle gap is measured from.
+    recent: [u64; 2],
     current: Vec<u64>,
     previous: Vec<u64>,
     current_censored: Vec<u64>,
@@ -50,17 +51,20 @@ impl Model {
     fn advance(&mut self, now: u64, period: u64) {
         let Some(start) = self.start else {
             self.start = Some(now);
-            self.last_seen = now;
+            self.recent = [now; 2];
             return;
         };
-        let gap = now.saturating_sub(self.last_seen);
-        self.last_seen = now;
+        let gap = now.saturating_sub(self.recent[0].max(self.recent[1]));
+        if now != self.recent[1] {
+            self.recent = [self.recent[1], now];
+        }
         if gap >= period.saturating_mul(2) {
             // Idle for two periods: both halves are emptied (no rotation).
             self.current.clear();
             self.previous.clear();
             self.current_censored.clear();
             self.previous_censored.clear();
+            self.recent = [now; 2];
             self.start = Some(now);
         } else if now < start {
             // The clock went back: the period restarts there.
@@ -74,7 +78,7 @@ impl Model {
     }
 
     fn idle_at(&self, now: u64, period: u64) -> bool {
-        self.start.is_some() && now.saturating_sub(self.last_seen) >= period.saturating_mul(2)
+        self.start.is_some() && now.saturating_sub(self.recent[0].max(self.recent[1])) >= period.saturating_mul(2)
     }
 
     fn count(&self) -> u64 {

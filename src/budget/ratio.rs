@@ -100,7 +100,7 @@ const COUNT_MASK: u64 = 0xFFFF_FFFF;
 /// assert!(!BUDGET.try_acquire(1_000)); // reserve empty for a minute
 ///
 /// // 10 000 requests in the next second earn 500 tokens: the bank holds
-/// // them all (a second's earnings), the half token before is capped away.
+/// // them all (a second's earnings), the 0.05 token before is capped away.
 /// for i in 0..10_000 {
 ///     BUDGET.on_request(1_000_000_000 + i * 100_000);
 /// }

@@ -41,14 +41,16 @@ impl InFlight {
         epoch.checked_rem(SLOTS as u64).unwrap_or(0) as usize
     }
 
-    /// Hedges counted at `now`: those sent in the last `SLOTS` slots up to
-    /// `now`'s (slots from a later time than `now` do not count).
+    /// Hedges counted at `now`: those whose slot is within `SLOTS` slots of
+    /// `now`'s, before or after it (events from threads that read the clock
+    /// a little apart arrive slightly out of order; a slot far from `now`,
+    /// from another clock, does not count).
     pub(crate) fn count(&self, now: u64) -> u32 {
         let current = self.epoch(now);
         self.epochs
             .iter()
             .zip(self.counts.iter())
-            .filter(|&(&e, _)| e <= current && current.wrapping_sub(e) < SLOTS as u64)
+            .filter(|&(&e, _)| e != u64::MAX && e.abs_diff(current) < SLOTS as u64)
             .fold(0u32, |sum, (_, &c)| sum.saturating_add(c))
     }
 

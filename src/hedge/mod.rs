@@ -258,11 +258,15 @@ impl<K: PartialEq + Copy, B: HedgeBudget, const T: usize, S: Store> Hedger<K, B,
         bump(&mut self.stats.requests);
         let mut request = Request::new(target, now);
         request.give_up_at = self.config.deadline_ns.map(|d| now.saturating_add(d));
-        let index = self.entry(target, now);
+        let (index, new) = self.entry_inserted(target, now);
         // One look at the entry: note the request, deposit, read the delay.
         let own = match self.table.get_mut(index) {
             Some(entry) => {
-                entry.touch(now);
+                // A target's first request leaves its use count at zero: a
+                // one-off target is the next to go, not the busy ones.
+                if !new {
+                    entry.touch(now);
+                }
                 match (&self.budget, &entry.budget) {
                     (BudgetScope::Shared(b), _) | (_, Some(b)) => b.on_request(now),
                     (BudgetScope::PerTarget(_), None) => {}
@@ -348,8 +352,13 @@ impl<K: PartialEq + Copy, B: HedgeBudget, const T: usize, S: Store> Hedger<K, B,
 
     /// The table index for `target`, inserting it (and evicting) if absent.
     fn entry(&mut self, target: K, now: u64) -> usize {
+        self.entry_inserted(target, now).0
+    }
+
+    /// [`entry`](Self::entry), and whether the target was new to the table.
+    fn entry_inserted(&mut self, target: K, now: u64) -> (usize, bool) {
         if let Some(i) = self.table.find(&target) {
-            return i;
+            return (i, false);
         }
         let Ok(window) = LatencyWindow::with_rotation(
             self.mapping,
@@ -357,7 +366,7 @@ impl<K: PartialEq + Copy, B: HedgeBudget, const T: usize, S: Store> Hedger<K, B,
             self.config.quantile,
         ) else {
             // The quantile was validated at construction.
-            return usize::MAX;
+            return (usize::MAX, false);
         };
         let budget = match &self.budget {
             BudgetScope::Shared(_) => None,
@@ -367,7 +376,7 @@ impl<K: PartialEq + Copy, B: HedgeBudget, const T: usize, S: Store> Hedger<K, B,
         if evicted {
             bump(&mut self.stats.evictions);
         }
-        index
+        (index, true)
     }
 
     /// The caller's timer for `request` fired at `now`.
@@ -617,7 +626,8 @@ impl<K: PartialEq + Copy, B: HedgeBudget, const T: usize, S: Store> Hedger<K, B,
             // A failed hedge frees its place: the request may race another.
             request.hedges = request.hedges.saturating_sub(1);
         }
-        if failure == Failure::Fatal {
+        let past_deadline = request.give_up_at.is_some_and(|g| now >= g);
+        if failure == Failure::Fatal || past_deadline {
             return FailureOutcome::GiveUp {
                 cancel: self.give_up(request, now),
             };
@@ -628,7 +638,21 @@ impl<K: PartialEq + Copy, B: HedgeBudget, const T: usize, S: Store> Hedger<K, B,
         let kind = if racing { Extra::Hedge } else { Extra::Retry };
         match self.send_next(request, now, kind) {
             Ok(next) => FailureOutcome::SendNow(next),
-            Err(_) if racing => FailureOutcome::Continue,
+            Err(reason) if racing => {
+                // As on the timer: a denial ends hedging for the request, a
+                // full in-flight cap is looked at again one delay later.
+                match reason {
+                    NoHedge::BudgetDenied => request.next_hedge_at = None,
+                    NoHedge::InFlightLimit => {
+                        let delay = request.delay_ns.unwrap_or(0).max(1);
+                        let again = now.saturating_add(delay);
+                        request.next_hedge_at =
+                            Some(request.next_hedge_at.map_or(again, |t| t.min(again)));
+                    }
+                    _ => {}
+                }
+                FailureOutcome::Continue
+            }
             Err(_) => FailureOutcome::GiveUp {
                 cancel: self.give_up(request, now),
             },

@@ -38,7 +38,8 @@ pub struct HedgeStats {
     pub in_flight_limited: u64,
     /// Hedges that stopped counting as in flight because their lease ran
     /// out before their request ended (dropped requests, or attempts longer
-    /// than the lease).
+    /// than the lease). Counted when their time slot is reused by a later
+    /// hedge, so it may lag, or never count a lease that nothing reused.
     pub leases_expired: u64,
     /// Requests given up (deadline, fatal failure, every attempt failed,
     /// or abandoned by the caller).
@@ -48,11 +49,13 @@ pub struct HedgeStats {
     /// Censored samples recorded (attempts cancelled or given up while in
     /// flight: their latency is at least their elapsed time).
     pub censored_samples: u64,
-    /// Samples refused because they cannot be real: an elapsed time above
-    /// [`max_sample_ns`](super::HedgeConfig::max_sample_ns).
+    /// Samples refused: an elapsed time above
+    /// [`max_sample_ns`](super::HedgeConfig::max_sample_ns) (it cannot be
+    /// real), or one the sketch refused.
     pub samples_refused: u64,
-    /// Events at a time before the attempt they concern was sent (a clock
-    /// that went backwards): their samples were not recorded.
+    /// Attempts whose commit or give-up came at a time before their own send
+    /// (a clock that went backwards), one per attempt: their samples were
+    /// not recorded.
     pub clock_anomalies: u64,
     /// Targets evicted from the table to make room.
     pub evictions: u64,

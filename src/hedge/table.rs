@@ -51,8 +51,9 @@ const MAX_HITS: u8 = 15;
 /// Up to `T` targets, found by a linear scan (faster than hashing for the
 /// handful of hosts a client talks to). When full, a new target replaces
 /// a *rarely* used one, by CLOCK with small counts: each request adds one
-/// to its target's count (up to 15), a hand sweeps the slots taking one
-/// from each count it passes, and the first slot at zero is replaced. A
+/// to its target's count (up to 15; a new target's first request does
+/// not), a hand sweeps the slots taking one from each count it passes, and
+/// the first slot at zero is replaced. A
 /// busy target keeps its slot while one-off targets churn through the
 /// others — a count halved on every pass instead decayed faster than a key
 /// with half of all requests refilled it when misses came every other

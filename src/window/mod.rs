@@ -17,15 +17,19 @@
 //!   ever left nearly empty, so a client that sends at least one request a
 //!   period stays warm.
 //!
-//! Between two timestamps more than two periods apart both halves are
-//! emptied: after an idle gap the caller is back in cold start and gets
+//! A timestamp two periods or more after the window's recent ones empties
+//! both halves: after an idle gap the caller is back in cold start and gets
 //! `None`, never a made-up number.
 //!
 //! # Time
 //! Timestamps are the caller's monotonic nanoseconds. A timestamp earlier
 //! than the current half's start (a clock stepped back) restarts the period
 //! from it, so rotation goes on; nothing waits for the old time to come
-//! back. A timestamp more than two periods ahead is an idle gap. Reads
+//! back. "Recent" is the later of the last two timestamps, so one
+//! timestamp from a stale clock does not make the return to the true time
+//! look like an idle gap. A timestamp two periods or more ahead cannot be
+//! told from the end of an idle gap and empties the window; it refills
+//! after `min_samples` answers. Reads
 //! ([`quantile_at`](LatencyWindow::quantile_at)) never change the window, so
 //! one bad timestamp passed to a read changes nothing.
 //!
@@ -84,8 +88,9 @@ impl Rotation {
         if tail.is_nan() || tail <= 0.0 {
             return u64::MAX;
         }
-        // `as` saturates; 100 / tail ≥ 100 for tail ≤ 1.
-        let n = libm::ceil(100.0 / tail) as u64;
+        // `as` saturates; 100 / tail ≥ 100 for tail ≤ 1. The nudge keeps
+        // 1 − 0.9 = 0.09999999999999998 from asking for 1 001.
+        let n = libm::ceil(100.0 / tail * (1.0 - 1e-12)) as u64;
         n.max(1_000)
     }
 }
@@ -141,9 +146,10 @@ pub struct LatencyWindow<M: IndexMapping = CubicMapping, S: Store = CollapsingLo
     rotation: Rotation,
     /// When the current half began; `None` before the first timestamp.
     current_start: Option<u64>,
-    /// The newest timestamp seen (the last one, not the largest: a single
-    /// far-future value is overwritten by the next true one).
-    last_seen: u64,
+    /// The last two timestamps seen, older first; the later of them is the
+    /// window's idea of "now" for idle gaps (one stale timestamp is ignored;
+    /// the next true ones overwrite any outlier).
+    recent: [u64; 2],
     quantile: f64,
     cached: Option<f64>,
     /// `cached` in whole nanoseconds, converted once per refresh.
@@ -208,7 +214,7 @@ impl<M: IndexMapping, S: Store> LatencyWindow<M, S> {
                 ..rotation
             },
             current_start: None,
-            last_seen: 0,
+            recent: [0; 2],
             quantile,
             cached: None,
             cached_ns: None,
@@ -232,13 +238,18 @@ impl<M: IndexMapping, S: Store> LatencyWindow<M, S> {
     pub fn advance(&mut self, now: u64) {
         let Some(start) = self.current_start else {
             self.current_start = Some(now);
-            self.last_seen = now;
+            self.recent = [now; 2];
             return;
         };
-        let gap = now.saturating_sub(self.last_seen);
-        self.last_seen = now;
+        let gap = now.saturating_sub(self.reference());
+        let [_, last] = self.recent;
+        if now != last {
+            // The samples of one request share its commit time: one entry.
+            self.recent = [last, now];
+        }
         if gap >= self.idle_ns() {
             self.empty();
+            self.recent = [now; 2];
             self.current_start = Some(now);
             self.refresh();
             return;
@@ -253,6 +264,13 @@ impl<M: IndexMapping, S: Store> LatencyWindow<M, S> {
         {
             self.rotate(now);
         }
+    }
+
+    /// The later of the last two timestamps.
+    #[inline]
+    fn reference(&self) -> u64 {
+        let [a, b] = self.recent;
+        a.max(b)
     }
 
     fn idle_ns(&self) -> u64 {
@@ -335,7 +353,7 @@ impl<M: IndexMapping, S: Store> LatencyWindow<M, S> {
     }
 
     /// The cached quantile as of `now`: `None` if the window is empty or
-    /// would be emptied at `now` (an idle gap of two periods since the last
+    /// would be emptied at `now` (an idle gap of two periods since the recent
     /// timestamp). O(1); changes nothing.
     #[inline]
     pub fn quantile_at(&self, now: u64) -> Option<u64> {
@@ -355,11 +373,11 @@ impl<M: IndexMapping, S: Store> LatencyWindow<M, S> {
         }
     }
 
-    /// Whether the window would be emptied at `now`: more than two periods
-    /// after its last timestamp.
+    /// Whether the window would be emptied at `now`: two periods or more
+    /// after its recent timestamps (the later of the last two).
     #[inline]
     pub fn is_idle_at(&self, now: u64) -> bool {
-        self.current_start.is_some() && now.saturating_sub(self.last_seen) >= self.idle_ns()
+        self.current_start.is_some() && now.saturating_sub(self.reference()) >= self.idle_ns()
     }
 
     /// A fresh product-limit estimate of any quantile over both halves (a
@@ -446,7 +464,7 @@ impl<M: IndexMapping, S: Store> LatencyWindow<M, S> {
     pub fn clear(&mut self) {
         self.empty();
         self.current_start = None;
-        self.last_seen = 0;
+        self.recent = [0; 2];
         self.cached = None;
         self.cached_ns = None;
         self.since_refresh = 0;
@@ -483,8 +501,9 @@ mod tests {
         w.record(u64::MAX - 5, 100).unwrap();
         w.record(3, 100).unwrap(); // backwards: kept in the current half
         assert_eq!(w.count(), 2);
-        w.record(u64::MAX, 300).unwrap(); // an idle gap: emptied
-        assert_eq!(w.count(), 1);
+        // The stale 3 is the outlier: time "now" is still about u64::MAX.
+        w.record(u64::MAX, 300).unwrap();
+        assert_eq!(w.count(), 3);
         let mut w = window();
         w.record(0, 100).unwrap();
         w.record(u64::MAX, 100).unwrap(); // far future: old samples dropped

@@ -18,8 +18,9 @@
 //!
 //! A censored sample shares the risk set of the exact samples of its own
 //! bucket (it was cancelled no earlier than the bucket's lower bound). The
-//! quantile is the first bucket with `F(i) > q·(n−1)/n`, which is exactly
-//! the sketch's own rank rule when nothing is censored.
+//! quantile is the first bucket with `F(i) > q·(m−1)/m`, `m` the number of
+//! answers: exactly the sketch's own rank rule when nothing is censored,
+//! and unchanged by attempts censored before every answer.
 
 use crate::mapping::IndexMapping;
 use crate::sketch::DDSketch;
@@ -32,7 +33,7 @@ pub(crate) struct Pair<'a, M: IndexMapping, S: Store> {
 }
 
 /// The product-limit `q`-quantile of the union of `halves`, clamped into
-/// the observed `[min, max]`; `None` when they hold no exact sample (no
+/// the answers' `[min, max]`; `None` when they hold no exact sample (no
 /// attempt ever answered: there is no latency to estimate from). When the
 /// estimate never reaches `q` (the upper tail was only ever seen censored)
 /// the answer is the largest exact sample: a lower bound of the quantile
@@ -53,10 +54,11 @@ pub(crate) fn quantile<M: IndexMapping, S: Store>(
     if exact == 0 {
         return None;
     }
-    let sketches = [a.exact, b.exact, a.censored, b.censored];
+    // The answer is always an answered (exact) bucket: clamp into the
+    // answers' own range, whatever was censored below or above it.
     let mut min = f64::INFINITY;
     let mut max = f64::NEG_INFINITY;
-    for s in sketches {
+    for s in [a.exact, b.exact] {
         min = min.min(s.min().unwrap_or(f64::INFINITY));
         max = max.max(s.max().unwrap_or(f64::NEG_INFINITY));
     }
@@ -87,9 +89,11 @@ pub(crate) fn quantile<M: IndexMapping, S: Store>(
         ((q * last as f64) as u64).min(last)
     });
     let mut seen = 0u64;
-    let n_f = n as f64;
-    let threshold = q * (n_f - 1.0) / n_f;
-    let mut at_risk = n_f;
+    // The rank correction (n−1)/n of the uncensored rule, on the answers:
+    // an attempt censored before every answer then changes nothing.
+    let m_f = exact as f64;
+    let threshold = q * (m_f - 1.0) / m_f;
+    let mut at_risk = n as f64;
     let mut survival = 1.0_f64;
     let mut step = |d: u64, c: u64| -> bool {
         if let Some(rank) = rank {
@@ -226,6 +230,23 @@ mod tests {
         // q = 0.9: threshold 0.675 > F(2) = 0.5 → the bucket of 4.
         let got = km(&e, &c, 0.9).unwrap();
         assert!((got - 4.0).abs() <= 0.04, "{got}");
+    }
+
+    #[test]
+    fn censoring_before_every_answer_changes_nothing() {
+        let mut e = sketch();
+        let mut c = sketch();
+        e.add(1_100.0).unwrap();
+        e.add(1_200.0).unwrap();
+        c.add(1.0).unwrap();
+        for q in [0.0, 0.01, 0.5, 0.75, 0.99, 1.0] {
+            assert_eq!(km(&e, &c, q), km(&e, &sketch(), q), "q = {q}");
+        }
+        // Never below the smallest answer, whatever was censored below it.
+        let mut e = sketch();
+        e.add(1_000.0).unwrap();
+        e.add(2_000.0).unwrap();
+        assert_eq!(km(&e, &c, 0.01), Some(1_000.0));
     }
 
     #[test]

@@ -240,8 +240,9 @@ pub fn ddsketch_encoded_len<M: WireMapping, P: Store, N: Store>(
 /// Each store is written as `contiguousBinCounts` over its occupied key
 /// range, zeros included (empty stores are left out): 8 bytes a key of
 /// the range. The sparse `binCounts` would be smaller for scattered keys,
-/// but sketches-py and libdd-ddsketch read only `contiguousBinCounts`. the mapping as its
-/// [`wire_gamma`](WireMapping::wire_gamma), index offset and interpolation.
+/// but sketches-py and libdd-ddsketch read only `contiguousBinCounts`. The
+/// mapping is written as its [`wire_gamma`](WireMapping::wire_gamma), index
+/// offset and interpolation.
 /// Default values are left out, as protobuf's canonical encoding does. The
 /// format has no minimum, maximum or sum: they do not travel.
 /// [`ddsketch_encoded_len`] gives the exact length,
