@@ -36,6 +36,12 @@ fn round_trip<M: WireMapping, P: Store, N: Store>(bytes: &[u8], convention: Conv
         // A γ rebuilt from its own rounding may move the representative
         // of a key at the very end of the range past the indexable limit.
         Err(DecodeError::KeyOutOfRange(_)) => {}
+        // Python's bytes carry (1+α)/(1−α) of the proven α: for an α within
+        // a hair of 1 (γ in the hundreds of billions) that overshoots the
+        // largest γ a mapping accepts. Known, and far from any real sketch.
+        Err(DecodeError::Mapping(_))
+            if convention == Convention::Python
+                && sketch.mapping().relative_accuracy() > 1.0 - 1e-6 => {}
         Err(e) => panic!("re-decoding failed: {e:?}"),
     }
     // Merging the bytes into what they decoded to: checked first, so an
