@@ -715,6 +715,29 @@ fn delay_series(name: &str, series: &[(u64, Option<u64>)]) -> Series {
 }
 
 /// `<scenario>-cdf.svg`: 1 − F of user latency per row, log–log.
+/// The end of a scenario with an oracle row: the sweep behind it, the
+/// CSV files (`<scenario>.csv`, `<scenario>_sweep.csv`, dashes as
+/// underscores) and the tail and sweep plots (the adaptive rows are the
+/// second and third).
+fn finish_with_oracle(
+    out: &mut Output,
+    scenario: &str,
+    title: &str,
+    rows: &[Row],
+    sweep: &[SweepPoint],
+) {
+    println!();
+    print_sweep(sweep);
+    println!();
+    let stem = scenario.replace('-', "_");
+    out.write(&format!("{stem}.csv"), &summary_csv(rows));
+    out.write(&format!("{stem}_sweep.csv"), &sweep_csv(sweep));
+    plot_tail(out, scenario, title, rows);
+    if let [_, first, second, ..] = rows {
+        plot_sweep(out, scenario, sweep, &[first, second]);
+    }
+}
+
 fn plot_tail(out: &mut Output, scenario: &str, title: &str, rows: &[Row]) {
     if !out.plotting() {
         return;
@@ -792,18 +815,13 @@ fn print_low_rate(l: &scenarios::LowRate, out: &mut Output) {
             pct(l.data_driven(r))
         );
     }
-    println!();
-    print_sweep(&l.sweep);
-    println!();
-    out.write("low_rate.csv", &summary_csv(&l.rows));
-    out.write("low_rate_sweep.csv", &sweep_csv(&l.sweep));
-    plot_tail(
+    finish_with_oracle(
         out,
         "low-rate",
         "low-rate: 0.5 requests/s per client, article backend",
         &l.rows,
+        &l.sweep,
     );
-    plot_sweep(out, "low-rate", &l.sweep, &[&l.rows[1], &l.rows[2]]);
 }
 
 fn print_correlated(c: &scenarios::Correlated, out: &mut Output) {
@@ -836,18 +854,13 @@ fn print_correlated(c: &scenarios::Correlated, out: &mut Output) {
             pct(r.extra_load),
         );
     }
-    println!();
-    print_sweep(&c.sweep);
-    println!();
-    out.write("correlated.csv", &summary_csv(&c.rows));
-    out.write("correlated_sweep.csv", &sweep_csv(&c.sweep));
-    plot_tail(
+    finish_with_oracle(
         out,
         "correlated",
         "correlated: 4 replicas with 50 ms pauses, 1000 requests/s",
         &c.rows,
+        &c.sweep,
     );
-    plot_sweep(out, "correlated", &c.sweep, &[&c.rows[1], &c.rows[2]]);
 }
 
 fn print_heavy_tail(backends: &[scenarios::HeavyTail], run_ns: u64, out: &mut Output) {
@@ -880,17 +893,13 @@ fn print_heavy_tail(backends: &[scenarios::HeavyTail], run_ns: u64, out: &mut Ou
                 pct(r.extra_load)
             );
         }
-        println!();
-        print_sweep(&h.sweep);
-        println!();
-        out.write(&format!("heavy_tail_{}.csv", h.name), &summary_csv(&h.rows));
-        out.write(
-            &format!("heavy_tail_{}_sweep.csv", h.name),
-            &sweep_csv(&h.sweep),
+        finish_with_oracle(
+            out,
+            &format!("heavy-tail-{}", h.name),
+            &format!("heavy-tail: {}", h.model),
+            &h.rows,
+            &h.sweep,
         );
-        let scenario = format!("heavy-tail-{}", h.name);
-        plot_tail(out, &scenario, &format!("heavy-tail: {}", h.model), &h.rows);
-        plot_sweep(out, &scenario, &h.sweep, &[&h.rows[1], &h.rows[2]]);
     }
 }
 
@@ -1012,18 +1021,13 @@ fn print_many_targets(m: &scenarios::ManyTargets, run_ns: u64, out: &mut Output)
             pct(m.aggregate_share(r, false)),
         );
     }
-    println!();
-    print_sweep(&m.sweep);
-    println!();
-    out.write("many_targets.csv", &summary_csv(&m.rows));
-    out.write("many_targets_sweep.csv", &sweep_csv(&m.sweep));
-    plot_tail(
+    finish_with_oracle(
         out,
         "many-targets",
         "many-targets: 16 targets, hot key 50 %, 4 table slots",
         &m.rows,
+        &m.sweep,
     );
-    plot_sweep(out, "many-targets", &m.sweep, &[&m.rows[1], &m.rows[2]]);
 }
 
 fn print_failures(f: &scenarios::Failures, out: &mut Output) {
