@@ -302,23 +302,35 @@ impl<const N: usize, S: CollapseSide> CollapsingStore<N, S> {
         }
         self.low = lo as i32;
         self.span = width.saturating_add(1) as u32;
-        let (mut stored, mut dropped) = (0u64, 0u64);
+        // A wrapping add per slot, pinned to `u32::MAX` where it wrapped,
+        // with the wraps OR-ed into one flag: four vector operations per
+        // four counters, no widening to `u64`. Slots rarely saturate, so
+        // the stored total is only recounted when one did.
+        let mut wrapped = 0u32;
         for run in other.runs() {
             let (Some(dst), Some(src)) = (self.counts.get_mut(run.clone()), other.counts.get(run))
             else {
                 continue;
             };
             for (d, &c) in dst.iter_mut().zip(src) {
-                // `added <= c`, and each sum is of at most `N` `u32`s in
-                // `u64`: nothing here wraps.
-                let kept = d.saturating_add(c);
-                let added = kept.wrapping_sub(*d);
-                stored = stored.wrapping_add(u64::from(added));
-                dropped = dropped.wrapping_add(u64::from(c.wrapping_sub(added)));
-                *d = kept;
+                let sum = d.wrapping_add(c);
+                // All ones where the sum wrapped, else zero.
+                let over = u32::from(sum < *d).wrapping_neg();
+                wrapped |= over;
+                *d = sum | over;
             }
         }
-        self.total = self.total.saturating_add(stored);
+        // Every counter is in the range and `total` is their sum, so what
+        // was stored is the new sum minus the old one; `other.total` is
+        // what was offered.
+        let before = self.total;
+        self.total = if wrapped == 0 {
+            before.saturating_add(other.total)
+        } else {
+            self.sum_of_counts()
+        };
+        let stored = self.total.saturating_sub(before);
+        let dropped = other.total.saturating_sub(stored);
         // What did not fit now, and what `other` had already dropped.
         self.saturated = self
             .saturated
@@ -339,6 +351,18 @@ impl<const N: usize, S: CollapseSide> CollapsingStore<N, S> {
             self.collapsed = min(self.collapsed.saturating_add(other.collapsed), at);
         }
         true
+    }
+
+    /// The sum of every counter (the occupied range holds them all).
+    fn sum_of_counts(&self) -> u64 {
+        let mut sum = 0u64;
+        for run in self.runs() {
+            if let Some(counts) = self.counts.get(run) {
+                // At most `N <= 2^24` `u32`s: below `2^56`, no wrap.
+                sum = sum.wrapping_add(counts.iter().map(|&c| u64::from(c)).sum::<u64>());
+            }
+        }
+        sum
     }
 
     /// The key `offset` places above `low`.
