@@ -100,7 +100,9 @@ pub mod window;
 pub mod wire;
 
 pub use budget::{Budget, BudgetError, BudgetStats, HedgeBudget, RatioBudget, TokenBucket};
-pub use mapping::{CubicMapping, IndexMapping, LinearMapping, LogarithmicMapping, MappingError};
+pub use mapping::{
+    CubicMapping, IndexMapping, LinearMapping, LogLinearMapping, LogarithmicMapping, MappingError,
+};
 pub use sketch::{Collapsed, DDSketch, FromRelativeAccuracy, SignedSketch, SketchError};
 pub use store::{CollapsingHighestStore, CollapsingLowestStore, NoStore, Store};
 

@@ -8,13 +8,15 @@ use core::fmt;
 /// memory.
 ///
 /// * `M` maps values to bucket keys: [`CubicMapping`] (default),
-///   [`LogarithmicMapping`](crate::mapping::LogarithmicMapping) or
-///   [`LinearMapping`](crate::mapping::LinearMapping).
+///   [`LogarithmicMapping`](crate::mapping::LogarithmicMapping),
+///   [`LinearMapping`](crate::mapping::LinearMapping), or
+///   [`LogLinearMapping`](crate::mapping::LogLinearMapping) for integer
+///   samples without float arithmetic ([`add_u64`](Self::add_u64)).
 /// * `P` stores positive values: [`CollapsingLowestStore<1024>`] by default,
 ///   which covers a dynamic range of `2^(1024 / 35)` ≈ 6·10⁸ (1 µs to
 ///   10 minutes in nanoseconds) at α = 1 % before it collapses.
 /// * `N` stores negative values, keyed on `−v`: [`NoStore`] by default, so
-///   the default sketch rejects negative values and takes 4 KiB plus 152 bytes;
+///   the default sketch rejects negative values and takes 4 KiB plus 184 bytes;
 ///   use [`SignedSketch`] for data of both signs.
 ///
 /// Zero, and magnitudes below the mapping's
@@ -58,6 +60,68 @@ pub struct DDSketch<M = CubicMapping, P = CollapsingLowestStore<1024>, N = NoSto
     min: f64,
     max: f64,
     sum: f64,
+    /// Minimum, maximum and sum of the samples [`add_u64`](Self::add_u64)
+    /// took, in integers: that path does no float arithmetic, and the f64
+    /// fields above are combined with these when read.
+    integers: Integers,
+}
+
+/// Exact minimum, maximum and 128-bit sum of integer samples.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Integers {
+    /// `u64::MAX` and 0 when empty: `min > max` says no sample.
+    min: u64,
+    max: u64,
+    /// The sum's low and high 64 bits (two `u64`s rather than a `u128`,
+    /// whose 16-byte alignment would pad the sketch). The high word counts
+    /// carries, one at most per sample: it cannot overflow.
+    sum_low: u64,
+    sum_high: u64,
+}
+
+impl Integers {
+    const EMPTY: Self = Self {
+        min: u64::MAX,
+        max: 0,
+        sum_low: 0,
+        sum_high: 0,
+    };
+
+    #[inline(always)]
+    fn note(&mut self, value: u64) {
+        if value < self.min {
+            self.min = value;
+        }
+        if value > self.max {
+            self.max = value;
+        }
+        let (low, carry) = self.sum_low.overflowing_add(value);
+        self.sum_low = low;
+        self.sum_high = self.sum_high.wrapping_add(u64::from(carry));
+    }
+
+    fn merge(&mut self, other: &Self) {
+        self.min = self.min.min(other.min);
+        self.max = self.max.max(other.max);
+        let (low, carry) = self.sum_low.overflowing_add(other.sum_low);
+        self.sum_low = low;
+        // Each high word is below the number of samples: no overflow.
+        self.sum_high = self
+            .sum_high
+            .saturating_add(other.sum_high)
+            .saturating_add(u64::from(carry));
+    }
+
+    /// `(min, max)` as floats (rounded to nearest above 2^53), if any
+    /// sample was noted.
+    fn extremes(&self) -> Option<(f64, f64)> {
+        (self.min <= self.max).then_some((self.min as f64, self.max as f64))
+    }
+
+    /// The sum, rounded once to a float.
+    fn sum(&self) -> f64 {
+        ((u128::from(self.sum_high) << 64) | u128::from(self.sum_low)) as f64
+    }
 }
 
 /// A sketch that takes values of both signs: the same store type for both.
@@ -175,6 +239,7 @@ impl<M: IndexMapping, P: Store, N: Store> DDSketch<M, P, N> {
             min: f64::INFINITY,
             max: f64::NEG_INFINITY,
             sum: 0.0,
+            integers: Integers::EMPTY,
         }
     }
 
@@ -189,6 +254,65 @@ impl<M: IndexMapping, P: Store, N: Store> DDSketch<M, P, N> {
     #[inline]
     pub fn add(&mut self, value: f64) -> Result<(), SketchError> {
         self.insert(value, 1)
+    }
+
+    /// Adds one sample given as an integer — a latency in nanoseconds, say —
+    /// through the mapping's [`index_u64`](IndexMapping::index_u64).
+    ///
+    /// With [`LogLinearMapping`](crate::LogLinearMapping) no float
+    /// arithmetic runs: the key comes from a leading-zero count and shifts,
+    /// and the minimum, maximum and sum are kept in integers (exact, the sum
+    /// in 128 bits) and combined with the float ones when read. On a
+    /// single-precision FPU (Cortex-M4F) that avoids every software
+    /// double-precision routine; on x86-64 it costs about what
+    /// hdrhistogram's `record` does. Other mappings convert to `f64` and
+    /// index that.
+    ///
+    /// The sample is `value` exactly: [`min`](Self::min) and
+    /// [`max`](Self::max) report it rounded to the nearest `f64` (exact up
+    /// to 2⁵³), and the α guarantee holds for the integer itself (see
+    /// *Integers above 2⁵³* in [`LogLinearMapping`](crate::LogLinearMapping)).
+    ///
+    /// ```
+    /// use tailguard::{DDSketch, LogLinearMapping};
+    ///
+    /// let mut s = DDSketch::<LogLinearMapping>::with_accuracy(0.01)?;
+    /// for ns in [1_200u64, 0, 5_000_000, u64::MAX] {
+    ///     s.add_u64(ns)?;
+    /// }
+    /// assert_eq!((s.count(), s.zero_count()), (4, 1));
+    /// assert_eq!(s.max(), Some(u64::MAX as f64));
+    /// # Ok::<(), tailguard::SketchError>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`ValueOutOfRange`](SketchError::ValueOutOfRange) if the mapping
+    /// cannot index `value` (never for [`LogLinearMapping`](crate::LogLinearMapping),
+    /// which indexes every `u64`); the sketch is unchanged. 0, and values
+    /// below the mapping's smallest indexable one, go to the zero bucket.
+    #[inline]
+    pub fn add_u64(&mut self, value: u64) -> Result<(), SketchError> {
+        match self.mapping.index_u64(value) {
+            Some(key) => self.positive.add(key, 1),
+            None => self.add_u64_unindexed(value)?,
+        }
+        self.integers.note(value);
+        Ok(())
+    }
+
+    /// 0, and what the mapping does not index. For a mapping whose
+    /// `index_u64` returns `None` only for 0 (inlined), the compiler drops
+    /// the float conversion below from the add path.
+    #[inline(always)]
+    fn add_u64_unindexed(&mut self, value: u64) -> Result<(), SketchError> {
+        if value != 0 {
+            let v = value as f64;
+            if v >= self.mapping.min_indexable_value() {
+                return Err(SketchError::ValueOutOfRange(v));
+            }
+        }
+        self.zero_count = self.zero_count.saturating_add(1);
+        Ok(())
     }
 
     /// Adds every value of `values`, with exactly the result of calling
@@ -326,17 +450,35 @@ impl<M: IndexMapping, P: Store, N: Store> DDSketch<M, P, N> {
     /// values). Float additions in the order the samples came: a merge adds
     /// the two sums, so it equals a single stream's sum up to rounding.
     pub fn sum(&self) -> Option<f64> {
-        (!self.is_empty()).then_some(self.sum)
+        (!self.is_empty()).then(|| self.sum + self.integers.sum())
     }
 
     /// The exact smallest sample, or `None` when empty.
     pub fn min(&self) -> Option<f64> {
-        (!self.is_empty()).then_some(self.min)
+        (!self.is_empty()).then(|| self.lowest())
     }
 
     /// The exact largest sample, or `None` when empty.
     pub fn max(&self) -> Option<f64> {
-        (!self.is_empty()).then_some(self.max)
+        (!self.is_empty()).then(|| self.highest())
+    }
+
+    /// The smallest sample of either add path (infinity when empty).
+    #[inline]
+    fn lowest(&self) -> f64 {
+        match self.integers.extremes() {
+            Some((min, _)) if min < self.min => min,
+            _ => self.min,
+        }
+    }
+
+    /// The largest sample of either add path (−infinity when empty).
+    #[inline]
+    fn highest(&self) -> f64 {
+        match self.integers.extremes() {
+            Some((_, max)) if max > self.max => max,
+            _ => self.max,
+        }
     }
 
     /// The mean of every sample added ([`sum`](Self::sum) over
@@ -345,7 +487,7 @@ impl<M: IndexMapping, P: Store, N: Store> DDSketch<M, P, N> {
     pub fn mean(&self) -> Option<f64> {
         let all = self.count().saturating_add(self.saturated());
         self.sum()
-            .map(|s| clamp(s / all as f64, self.min, self.max))
+            .map(|s| clamp(s / all as f64, self.lowest(), self.highest()))
     }
 
     /// Samples counted in the zero bucket.
@@ -417,16 +559,16 @@ impl<M: IndexMapping, P: Store, N: Store> DDSketch<M, P, N> {
             // Negative keys ascend with magnitude: most negative last.
             self.negative
                 .key_at_rank(negatives.wrapping_sub(1).wrapping_sub(rank))
-                .map_or(self.min, |k| -self.mapping.value(k))
+                .map_or(self.lowest(), |k| -self.mapping.value(k))
         } else if rank.wrapping_sub(negatives) < self.zero_count {
             0.0
         } else {
             let rank = rank.wrapping_sub(negatives).wrapping_sub(self.zero_count);
             self.positive
                 .key_at_rank(rank)
-                .map_or(self.max, |k| self.mapping.value(k))
+                .map_or(self.highest(), |k| self.mapping.value(k))
         };
-        clamp(value, self.min, self.max)
+        clamp(value, self.lowest(), self.highest())
     }
 
     /// Several quantiles, each exactly what [`quantile`](Self::quantile)
@@ -494,10 +636,10 @@ impl<M: IndexMapping, P: Store, N: Store> DDSketch<M, P, N> {
         if n == 0 {
             return Ok(None);
         }
-        if value >= self.max {
+        if value >= self.highest() {
             return Ok(Some(1.0));
         }
-        if value < self.min {
+        if value < self.lowest() {
             return Ok(Some(0.0));
         }
         let negatives = self.negative.total();
@@ -552,6 +694,7 @@ impl<M: IndexMapping, P: Store, N: Store> DDSketch<M, P, N> {
         self.min = self.min.min(other.min);
         self.max = self.max.max(other.max);
         self.sum += other.sum;
+        self.integers.merge(&other.integers);
         Ok(())
     }
 
@@ -571,7 +714,8 @@ impl<M: IndexMapping, P: Store, N: Store> DDSketch<M, P, N> {
         if n == 0 {
             return Ok(None);
         }
-        let (min, max) = (self.min.min(other.min), self.max.max(other.max));
+        let min = self.lowest().min(other.lowest());
+        let max = self.highest().max(other.highest());
         let negatives = self.negative.total().saturating_add(other.negative.total());
         let zeros = self.zero_count.saturating_add(other.zero_count);
         // As in `value_at_rank`, the branch conditions keep the
@@ -600,6 +744,7 @@ impl<M: IndexMapping, P: Store, N: Store> DDSketch<M, P, N> {
         self.min = f64::INFINITY;
         self.max = f64::NEG_INFINITY;
         self.sum = 0.0;
+        self.integers = Integers::EMPTY;
     }
 }
 

@@ -5,7 +5,7 @@ mod common;
 
 use common::{alpha, cases, check_all, dataset, size, sorted, Side};
 use proptest::prelude::*;
-use tailguard::mapping::{CubicMapping, LinearMapping, LogarithmicMapping};
+use tailguard::mapping::{CubicMapping, LinearMapping, LogLinearMapping, LogarithmicMapping};
 use tailguard::store::{CollapsingHighestStore, CollapsingLowestStore};
 use tailguard::{DDSketch, IndexMapping, NoStore, SignedSketch, Store};
 
@@ -56,6 +56,7 @@ proptest! {
         check_mapping::<LogarithmicMapping>(a, &data)?;
         check_mapping::<CubicMapping>(a, &data)?;
         check_mapping::<LinearMapping>(a, &data)?;
+        check_mapping::<LogLinearMapping>(a, &data)?;
     }
 
     #[test]

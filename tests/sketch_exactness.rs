@@ -9,7 +9,7 @@
 mod common;
 
 use common::{below_gamma, next_down, next_up, within};
-use tailguard::mapping::{CubicMapping, LinearMapping, LogarithmicMapping};
+use tailguard::mapping::{CubicMapping, LinearMapping, LogLinearMapping, LogarithmicMapping};
 use tailguard::store::CollapsingLowestStore;
 use tailguard::{DDSketch, FromRelativeAccuracy, IndexMapping, SignedSketch};
 
@@ -144,6 +144,11 @@ fn linear_is_exact_at_every_boundary() {
     exact_everywhere::<LinearMapping>();
 }
 
+#[test]
+fn log_linear_is_exact_at_every_boundary() {
+    exact_everywhere::<LogLinearMapping>();
+}
+
 fn reported_quantiles<M: IndexMapping + FromRelativeAccuracy>() {
     let median = |a: f64, data: &[f64], q: f64| {
         let mut s: SignedSketch<M> = SignedSketch::with_accuracy(a).unwrap();
@@ -169,6 +174,7 @@ fn reported_quantile_cases_are_within_alpha() {
     reported_quantiles::<LogarithmicMapping>();
     reported_quantiles::<CubicMapping>();
     reported_quantiles::<LinearMapping>();
+    reported_quantiles::<LogLinearMapping>();
 }
 
 #[test]
@@ -229,6 +235,8 @@ fn rank_counts_every_smaller_sample<M: IndexMapping + FromRelativeAccuracy>() ->
 fn rank_is_monotone_enough() {
     rank_counts_every_smaller_sample::<LogarithmicMapping>();
     rank_counts_every_smaller_sample::<LinearMapping>();
+    // Exactly monotone: never met.
+    assert_eq!(rank_counts_every_smaller_sample::<LogLinearMapping>(), 0);
     // The cubic's key does go backwards here and there: the test bites.
     let met = rank_counts_every_smaller_sample::<CubicMapping>();
     println!("cubic: {met} adjacent probes whose keys go backwards");

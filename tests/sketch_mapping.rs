@@ -6,7 +6,7 @@ mod common;
 
 use common::{cases, next_down, next_up, within};
 use proptest::prelude::*;
-use tailguard::mapping::{CubicMapping, LinearMapping, LogarithmicMapping};
+use tailguard::mapping::{CubicMapping, LinearMapping, LogLinearMapping, LogarithmicMapping};
 use tailguard::{FromRelativeAccuracy, IndexMapping};
 
 const ALPHAS: [f64; 4] = [0.001, 0.01, 0.05, 0.2];
@@ -146,6 +146,11 @@ fn linear_round_trip_over_whole_range() {
     check_fixed::<LinearMapping>();
 }
 
+#[test]
+fn log_linear_round_trip_over_whole_range() {
+    check_fixed::<LogLinearMapping>();
+}
+
 /// Log-uniform over the whole indexable range, from a uniform exponent.
 fn log_uniform<M: IndexMapping>(m: &M, u: f64) -> f64 {
     let (lo, hi) = (m.min_indexable_value().ln(), m.max_indexable_value().ln());
@@ -175,6 +180,7 @@ proptest! {
         check_random::<LogarithmicMapping>(&us)?;
         check_random::<CubicMapping>(&us)?;
         check_random::<LinearMapping>(&us)?;
+        check_random::<LogLinearMapping>(&us)?;
     }
 
     #[test]
@@ -186,6 +192,8 @@ proptest! {
             let m = CubicMapping::new(a).unwrap();
             round_trip(&m, log_uniform(&m, u))?;
             let m = LinearMapping::new(a).unwrap();
+            round_trip(&m, log_uniform(&m, u))?;
+            let m = LogLinearMapping::new(a).unwrap();
             round_trip(&m, log_uniform(&m, u))?;
         }
     }
@@ -215,6 +223,7 @@ fn bounds_are_ulp_exact_near_one() {
     near_one::<LogarithmicMapping>();
     near_one::<CubicMapping>();
     near_one::<LinearMapping>();
+    near_one::<LogLinearMapping>();
 }
 
 /// The representative covers the bucket's computed bounds too: within α of
@@ -243,6 +252,7 @@ fn value_covers_the_bucket_bounds() {
     value_covers_the_bounds::<LogarithmicMapping>();
     value_covers_the_bounds::<CubicMapping>();
     value_covers_the_bounds::<LinearMapping>();
+    value_covers_the_bounds::<LogLinearMapping>();
 }
 
 /// A mapping rebuilt from its γ and index offset (what the wire format

@@ -7,7 +7,7 @@ use libdd_ddsketch::pb;
 use prost::Message;
 use std::collections::HashMap;
 use tailguard::mapping::{
-    CubicMapping, Interpolation, LinearMapping, LogarithmicMapping, MappingError,
+    CubicMapping, Interpolation, LinearMapping, LogLinearMapping, LogarithmicMapping, MappingError,
 };
 use tailguard::store::{CollapsingLowestStore, NoStore, Store};
 use tailguard::wire::{
@@ -119,7 +119,10 @@ fn every_mapping_round_trips_in_both_conventions() {
         round_trip(LogarithmicMapping::new(alpha).unwrap());
         round_trip(CubicMapping::new(alpha).unwrap());
         round_trip(LinearMapping::new(alpha).unwrap());
+        round_trip(LogLinearMapping::new(alpha).unwrap());
     }
+    round_trip(LogLinearMapping::with_bits(0, -3).unwrap());
+    round_trip(LogLinearMapping::with_bits(23, 1 << 30).unwrap());
     // A fractional index offset, as libdd-ddsketch writes.
     round_trip(LogarithmicMapping::with_gamma(1.02, 1234.5).unwrap());
     round_trip(CubicMapping::with_gamma(1.03, -77.25).unwrap());
@@ -674,6 +677,105 @@ fn a_go_linear_sketch_decodes_with_its_offset() {
     // Our index with Go's parameters is Go's index.
     assert_eq!(bins(s.positive_store()), bins(local.positive_store()));
     check_against_exact(&s, &values);
+}
+
+/// A `LogLinearMapping` message read by the format's definition of LINEAR,
+/// as Go and Java implement it: `m = 1 / log2(gamma)` and key
+/// `⌊(e + s) · m + indexOffset⌋` for `v = 2^e · (1 + s)`. γ is rounded on
+/// the wire, so the multiplier decodes to `2^k` within a relative
+/// `δ ≈ 2^(k−53) / ln 2` (7·10⁻¹³ at k = 12, 2·10⁻⁹ at k = 23: the format's
+/// limit, whatever the mapping); such a reader puts every representative
+/// back in its bucket and reads bounds within `64·2^(k−52)` of ours (the
+/// key, up to `32 · 2^k`, times δ). Python's `γ = e^(1/m)` likewise.
+#[test]
+fn a_log_linear_sketch_reads_as_linear_by_the_format_definition() {
+    for (a, offset) in [(0.01, 0), (0.001, 17), (0.2, -1000), (1e-5, 0)] {
+        let m0 = LogLinearMapping::new(a).unwrap();
+        let m0 = LogLinearMapping::with_bits(m0.bits(), offset).unwrap();
+        let mut s = Signed::with_mapping(m0);
+        let values: Vec<f64> = (0..3000).map(|i| 1.0071f64.powi(i) * 3.3).collect();
+        s.add_all(&values).unwrap();
+        for convention in [Convention::GoJava, Convention::Python] {
+            let bytes = encode(&s, convention);
+            let message = pb::DdSketch::decode(bytes.as_slice()).unwrap();
+            let mapping = message.mapping.unwrap();
+            assert_eq!(
+                mapping.interpolation,
+                pb::index_mapping::Interpolation::Linear as i32
+            );
+            assert_eq!(mapping.index_offset, f64::from(offset));
+            let m = match convention {
+                Convention::GoJava => 1.0 / mapping.gamma.log2(),
+                Convention::Python => 1.0 / mapping.gamma.ln(),
+            };
+            let unit = (1u64 << m0.bits()) as f64;
+            // 2^(k−52) is `unit · ε`.
+            let tol = 64.0 * unit * f64::EPSILON;
+            assert!((m / unit - 1.0).abs() < unit * f64::EPSILON, "{a}: m = {m}");
+            let linear_key = |v: f64| {
+                let bits = v.to_bits();
+                let e = ((bits >> 52) & 0x7ff) as f64 - 1023.0;
+                let s = (bits & ((1 << 52) - 1)) as f64 / (1u64 << 52) as f64;
+                ((e + s) * m + mapping.index_offset).floor() as i32
+            };
+            let store = message.positive_values.unwrap();
+            let first = store.contiguous_bin_index_offset;
+            let shift = if convention == Convention::Python {
+                1
+            } else {
+                0
+            };
+            let mut total = 0.0;
+            for (i, &count) in store.contiguous_bin_counts.iter().enumerate() {
+                let key = first + i as i32 - shift;
+                total += count;
+                if count == 0.0 {
+                    continue;
+                }
+                // The representative lands in its own bucket by the
+                // definition, and the definition's lower bound is ours.
+                assert_eq!(linear_key(m0.value(key)), key, "{a} {convention:?}");
+                let x = f64::from(key) - mapping.index_offset;
+                let (e, frac) = ((x / m).floor(), x / m - (x / m).floor());
+                let lower = (1.0 + frac) * e.exp2();
+                let ours = m0.lower_bound(key);
+                assert!((lower / ours - 1.0).abs() < tol, "{a}: {lower} vs {ours}");
+            }
+            assert_eq!(total, s.count() as f64);
+        }
+    }
+}
+
+/// Only power-of-two multipliers and integer offsets are a
+/// `LogLinearMapping`: other LINEAR messages are refused with a typed
+/// error, and decode as `LinearMapping`.
+#[test]
+fn other_linear_messages_are_refused_as_log_linear() {
+    let lin = filled(LinearMapping::new(0.01).unwrap());
+    let bytes = encode(&lin, Convention::GoJava);
+    let refused = decode_ddsketch::<
+        LogLinearMapping,
+        CollapsingLowestStore<4096>,
+        CollapsingLowestStore<4096>,
+    >(&bytes, Convention::GoJava);
+    assert!(
+        matches!(
+            refused,
+            Err(DecodeError::Mapping(MappingError::InvalidGamma(_)))
+        ),
+        "{refused:?}"
+    );
+    let ll = filled(LogLinearMapping::with_bits(6, 5).unwrap());
+    let bytes = encode(&ll, Convention::GoJava);
+    // Our LinearMapping reads it too, its buckets within rounding of ours.
+    let (back, _) = decode_ddsketch::<
+        LinearMapping,
+        CollapsingLowestStore<4096>,
+        CollapsingLowestStore<4096>,
+    >(&bytes, Convention::GoJava)
+    .unwrap();
+    assert_eq!(back.count(), ll.count());
+    assert!((back.mapping().multiplier() / 64.0 - 1.0).abs() < 1e-12);
 }
 
 fn check_against_exact<M: IndexMapping, P: Store, N: Store>(s: &DDSketch<M, P, N>, values: &[f64]) {

@@ -29,6 +29,7 @@
 //! | [`LogarithmicMapping`] | `ln` (libm) | 1× (memory-optimal) | one `ln` call |
 //! | [`CubicMapping`] | exponent + cubic in the mantissa | ≈ 1.01× | a few multiply-adds |
 //! | [`LinearMapping`] | exponent + mantissa | ≈ 1.44× | one add |
+//! | [`LogLinearMapping`] | exponent + top `k` mantissa bits | 1.44× to 2.9× (α a power of two) | one shift, no float arithmetic |
 //!
 //! The conventions (floor keys, `γ` and index offset per mapping, relative
 //! accuracy derived from them) follow DataDog's Go and Java libraries so that a
@@ -37,6 +38,7 @@
 mod cubic;
 mod exponential;
 mod linear;
+mod log_linear;
 mod logarithmic;
 
 use core::fmt;
@@ -45,6 +47,7 @@ use core::marker::PhantomData;
 pub use cubic::CubicLog;
 pub use exponential::ExponentialMapping;
 pub use linear::LinearLog;
+pub use log_linear::LogLinearMapping;
 pub use logarithmic::NaturalLog;
 
 /// The memory-optimal mapping: exact natural logarithm through `libm`.
@@ -96,6 +99,20 @@ pub trait IndexMapping: Copy + fmt::Debug + PartialEq {
     /// infinities included) the result is an unspecified `i32`, never a
     /// panic.
     fn index(&self, value: f64) -> i32;
+
+    /// The key of the integer `value`, or `None` when `value` is not in
+    /// `[min_indexable_value, max_indexable_value]` (0 always gives `None`):
+    /// what [`DDSketch::add_u64`](crate::DDSketch::add_u64) records
+    /// latencies in nanoseconds through.
+    ///
+    /// This default converts to `f64` (rounding to nearest above 2⁵³) and
+    /// calls [`index`](Self::index). [`LogLinearMapping`] overrides it with
+    /// integer operations only, keying the exact integer.
+    #[inline]
+    fn index_u64(&self, value: u64) -> Option<i32> {
+        let v = value as f64;
+        (v >= self.min_indexable_value() && v <= self.max_indexable_value()).then(|| self.index(v))
+    }
 
     /// The smallest value that maps to `index`, up to rounding (a few ulps
     /// near 1, relatively ~10⁻¹³ at the ends of the range).

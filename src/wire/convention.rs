@@ -2,7 +2,8 @@
 //! means and which bucket a key names.
 
 use crate::mapping::{
-    ExponentialMapping, IndexMapping, LogApproximation, LogLikeMapping, MappingError,
+    ExponentialMapping, IndexMapping, LogApproximation, LogLikeMapping, LogLinearMapping,
+    MappingError,
 };
 
 /// Whose conventions a DataDog `ddsketch.proto` message follows.
@@ -54,9 +55,10 @@ impl Convention {
 ///
 /// Implemented by the log-like mappings ([`LogarithmicMapping`](crate::mapping::LogarithmicMapping),
 /// [`CubicMapping`](crate::mapping::CubicMapping),
-/// [`LinearMapping`](crate::mapping::LinearMapping)) and by
-/// [`ExponentialMapping`], which travels as an exact-logarithm mapping whose
-/// γ is its base.
+/// [`LinearMapping`](crate::mapping::LinearMapping)), by
+/// [`LogLinearMapping`] (a LINEAR mapping whose multiplier is a power of
+/// two), and by [`ExponentialMapping`], which travels as an exact-logarithm
+/// mapping whose γ is its base.
 pub trait WireMapping: IndexMapping {
     /// The mapping that a message of `convention` describes.
     ///
@@ -130,5 +132,43 @@ impl WireMapping for ExponentialMapping {
 
     fn wire_gamma(&self, _convention: Convention) -> f64 {
         self.gamma()
+    }
+}
+
+impl WireMapping for LogLinearMapping {
+    /// A LINEAR mapping whose multiplier `m` (keys per unit of `log2`) is
+    /// `2^k`: Go and Java write `γ = 2^(1/m)`, Python and JavaScript
+    /// `(1+α)/(1−α)` with their multiplier `1/ln(γ)`, so `γ = e^(1/m)`.
+    /// Either is recognised to within 10⁻⁹ of its logarithm; the index
+    /// offset must be an integer (a fractional one moves the bucket
+    /// boundaries off the mantissa bits: decode such a message as
+    /// [`LinearMapping`](crate::mapping::LinearMapping)).
+    ///
+    /// This crate rebuilds the mapping exactly from either γ. A reader
+    /// that computes the multiplier from the rounded γ, as Go and Java do,
+    /// gets `2^k` within a relative `2^(k−53) / ln 2` (7·10⁻¹³ at `k = 12`,
+    /// 2·10⁻⁹ at `k = 23`): the precision the format's `double` γ allows
+    /// any mapping that fine.
+    fn from_wire(
+        gamma: f64,
+        index_offset: f64,
+        convention: Convention,
+    ) -> Result<Self, MappingError> {
+        if !(gamma > 1.0 && gamma.is_finite()) {
+            return Err(MappingError::InvalidGamma(gamma));
+        }
+        // `1/m`, from either convention's γ.
+        let step = match convention {
+            Convention::GoJava => libm::log2(gamma),
+            Convention::Python => libm::log(gamma),
+        };
+        Self::with_multiplier(step, gamma, index_offset)
+    }
+
+    fn wire_gamma(&self, convention: Convention) -> f64 {
+        match convention {
+            Convention::GoJava => self.gamma(),
+            Convention::Python => libm::exp(self.step()),
+        }
     }
 }

@@ -8,7 +8,8 @@ use tailguard::budget::{Budget, HedgeBudget, RatioBudget, TokenBucket};
 use tailguard::hedge::{Attempt, Failure, HedgeConfig, Hedger, Idempotency};
 use tailguard::window::{LatencyWindow, Rotation};
 use tailguard::{
-    CollapsingHighestStore, DDSketch, LinearMapping, LogarithmicMapping, SignedSketch,
+    CollapsingHighestStore, DDSketch, IndexMapping, LinearMapping, LogLinearMapping,
+    LogarithmicMapping, SignedSketch,
 };
 
 extern "C" {
@@ -43,6 +44,19 @@ fn sketches() {
         let _ = s.add(black_box(-1e300));
         let _ = black_box(s.quantile(black_box(0.1)));
         let _ = black_box(s.rank(black_box(-3.0)));
+    }
+    if let Ok(mut s) = DDSketch::<LogLinearMapping>::with_accuracy(alpha) {
+        let _ = s.add_u64(black_box(4_000_000));
+        let _ = s.add_u64(black_box(0));
+        let _ = s.add(black_box(2.5));
+        let _ = black_box((s.quantile(black_box(0.99)), s.sum(), s.min(), s.max()));
+        let m = *s.mapping();
+        let _ = black_box((m.index_u64(black_box(u64::MAX)), m.value(black_box(-7))));
+        let _ = black_box(LogLinearMapping::with_gamma(black_box(1.01), black_box(3.0)));
+        let _ = black_box(LogLinearMapping::with_bits(black_box(9), black_box(-5)));
+    }
+    if let Ok(mut s) = DDSketch::new(alpha) {
+        let _ = s.add_u64(black_box(u64::MAX));
     }
     if let Ok(mut s) = SignedSketch::<LinearMapping>::with_accuracy(alpha) {
         let _ = s.add(black_box(1e-300));
