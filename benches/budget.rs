@@ -8,20 +8,15 @@
 //! so it is the like-for-like algorithmic peer.
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use governor::clock::FakeRelativeClock;
-use governor::{Quota, RateLimiter};
 use std::hint::black_box;
-use std::num::NonZeroU32;
 use std::thread;
 use std::time::{Duration, Instant};
 use tailguard::budget::{HedgeBudget, RatioBudget, TokenBucket};
 
-const BIG: NonZeroU32 = NonZeroU32::MAX;
+#[path = "workloads/budget.rs"]
+mod workload;
 
-fn always_granting_bucket() -> TokenBucket {
-    // 1 ns per token, burst 1000: a clock stepping by 1 ns always grants.
-    TokenBucket::new(u32::MAX, 1_000).expect("valid")
-}
+use workload::{always_granting_bucket, governor, governor_fake_clock};
 
 fn uncontended(c: &mut Criterion) {
     let mut g = c.benchmark_group("uncontended");
@@ -76,15 +71,14 @@ fn uncontended(c: &mut Criterion) {
         b.iter(|| black_box(empty.try_acquire(black_box(0))))
     });
 
-    let gov = RateLimiter::direct(Quota::per_second(BIG));
+    let gov = governor();
     g.bench_function("governor/check quanta-clock", |b| {
         b.iter(|| black_box(gov.check().is_ok()))
     });
 
     // Frozen clock: the burst of 2³² − 1 cells outlasts the run, so every
     // check is a grant, as in `bucket/try_acquire grant`.
-    let gov_fake =
-        RateLimiter::direct_with_clock(Quota::per_second(BIG), FakeRelativeClock::default());
+    let gov_fake = governor_fake_clock();
     g.bench_function("governor/check fake-clock", |b| {
         b.iter(|| black_box(gov_fake.check().is_ok()))
     });
@@ -146,7 +140,7 @@ fn contended(c: &mut Criterion) {
         })
     });
 
-    let gov = RateLimiter::direct(Quota::per_second(BIG));
+    let gov = governor();
     g.bench_function("governor/check quanta-clock", |b| {
         b.iter_custom(|iters| {
             two_threads(iters, |_| {
