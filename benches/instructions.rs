@@ -32,6 +32,8 @@ use gungraun::{library_benchmark, library_benchmark_group, main, LibraryBenchmar
 use std::hint::black_box;
 use tailguard::budget::{HedgeBudget, TokenBucket};
 use tailguard::hedge::Hedger;
+use tailguard::mapping::LogLinearMapping;
+use tailguard::store::CollapsingLowestStore;
 use tailguard::DDSketch;
 
 #[path = "workloads/budget.rs"]
@@ -156,6 +158,35 @@ fn add_per_value_hdrhistogram(run: Hdr) -> Hdr {
     })
 }
 
+/// The integer record path: nanoseconds as `u64`, keyed by the
+/// log-linear mapping with integer operations only — the like-for-like
+/// peer of `hdrhistogram`'s `record`, which also takes integers.
+type Integer = Fed<DDSketch<LogLinearMapping, CollapsingLowestStore<1024>>, u64>;
+
+/// Our log-linear sketch after one pass of the integer data, and the data.
+fn integer_fed(ops: usize) -> Integer {
+    let data = integer_latencies(&latencies());
+    let mut s = DDSketch::with_accuracy(ALPHA).unwrap();
+    pass(&data, |v| s.add_u64(v).unwrap());
+    Run::new(ops, (s, data))
+}
+
+#[library_benchmark]
+#[bench::ops_10000(args = (10_000), setup = integer_fed)]
+#[bench::ops_20000(args = (20_000), setup = integer_fed)]
+fn add_u64_tailguard(run: Integer) -> Integer {
+    each_pass(run, |s, data| pass(data, |v| s.add_u64(v).unwrap()))
+}
+
+#[library_benchmark]
+#[bench::ops_10000(args = (10_000), setup = integer_fed)]
+#[bench::ops_20000(args = (20_000), setup = integer_fed)]
+fn add_u64_per_value_tailguard(run: Integer) -> Integer {
+    each_pass(run, |s, data| {
+        pass_per_value(data, |v| s.add_u64(v).unwrap())
+    })
+}
+
 library_benchmark_group!(
     name = add;
     benchmarks =
@@ -164,7 +195,9 @@ library_benchmark_group!(
         add_hdrhistogram,
         add_per_value_tailguard,
         add_per_value_ddsketch,
-        add_per_value_hdrhistogram
+        add_per_value_hdrhistogram,
+        add_u64_tailguard,
+        add_u64_per_value_tailguard
 );
 
 // ----------------------------------------------------------------- quantile

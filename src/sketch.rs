@@ -290,7 +290,7 @@ impl<M: IndexMapping, P: Store, N: Store> DDSketch<M, P, N> {
     /// cannot index `value` (never for [`LogLinearMapping`](crate::LogLinearMapping),
     /// which indexes every `u64`); the sketch is unchanged. 0, and values
     /// below the mapping's smallest indexable one, go to the zero bucket.
-    #[inline]
+    #[inline(always)]
     pub fn add_u64(&mut self, value: u64) -> Result<(), SketchError> {
         match self.mapping.index_u64(value) {
             Some(key) => self.positive.add(key, 1),
