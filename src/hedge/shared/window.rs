@@ -117,6 +117,10 @@ struct AtomicSide {
     /// while empty.
     min: AtomicU64,
     max: AtomicU64,
+    /// The first and last occupied bucket (`lo > hi` while empty): a
+    /// refresh walks these, not the whole range.
+    lo: AtomicUsize,
+    hi: AtomicUsize,
 }
 
 impl AtomicSide {
@@ -127,6 +131,8 @@ impl AtomicSide {
             count: AtomicU64::new(0),
             min: AtomicU64::new(u64::MAX),
             max: AtomicU64::new(0),
+            lo: AtomicUsize::new(BUCKETS),
+            hi: AtomicUsize::new(0),
         }
     }
 
@@ -136,10 +142,20 @@ impl AtomicSide {
         let v = value as f64;
         if v < p.mapping.min_indexable_value() {
             self.zero.fetch_add(1, Ordering::Relaxed);
-        } else if let Some(bucket) = self.buckets.get(p.slot(v)) {
-            if bucket.fetch_add(1, Ordering::Relaxed) >= BUCKET_LIMIT {
-                bucket.fetch_sub(1, Ordering::Relaxed);
-                return false;
+        } else {
+            let slot = p.slot(v);
+            if let Some(bucket) = self.buckets.get(slot) {
+                if bucket.fetch_add(1, Ordering::Relaxed) >= BUCKET_LIMIT {
+                    bucket.fetch_sub(1, Ordering::Relaxed);
+                    return false;
+                }
+            }
+            // Loads first: the common sample lands inside the range.
+            if slot < self.lo.load(Ordering::Relaxed) {
+                self.lo.fetch_min(slot, Ordering::Relaxed);
+            }
+            if slot > self.hi.load(Ordering::Relaxed) {
+                self.hi.fetch_max(slot, Ordering::Relaxed);
             }
         }
         // Cannot overflow: 2⁶⁴ samples at 10⁹ a second take 584 years.
@@ -164,6 +180,8 @@ impl AtomicSide {
         self.count.store(0, Ordering::Relaxed);
         self.min.store(u64::MAX, Ordering::Relaxed);
         self.max.store(0, Ordering::Relaxed);
+        self.lo.store(BUCKETS, Ordering::Relaxed);
+        self.hi.store(0, Ordering::Relaxed);
     }
 
     #[inline]
@@ -214,8 +232,17 @@ impl Side for View<'_> {
     }
 
     fn bins(&self) -> impl Iterator<Item = (i32, u32)> + '_ {
-        let low = self.params.low;
-        self.side.buckets.iter().zip(low..).filter_map(|(b, key)| {
+        let (lo, hi) = (
+            self.side.lo.load(Ordering::Relaxed),
+            self.side.hi.load(Ordering::Relaxed),
+        );
+        // An empty range (`lo > hi`) yields nothing; `lo < BUCKETS` fits.
+        let first = self
+            .params
+            .low
+            .saturating_add(i32::try_from(lo).unwrap_or(i32::MAX));
+        let occupied = self.side.buckets.get(lo..=hi).unwrap_or(&[]);
+        occupied.iter().zip(first..).filter_map(|(b, key)| {
             let c = b.load(Ordering::Relaxed);
             (c != 0).then_some((key, c))
         })
