@@ -193,19 +193,31 @@ where
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
+        // The fields an event needs to launch attempts.
+        macro_rules! launch {
+            () => {
+                Launch {
+                    extras: &mut *this.extras,
+                    spare: &mut *this.spare,
+                    guard: &mut *this.guard,
+                    policy: &*this.policy,
+                }
+            };
+        }
+        // The request is over: cancel every attempt still running now, not
+        // when the caller drops this future.
+        macro_rules! finish {
+            ($result:expr) => {{
+                this.extras.clear();
+                this.primary.set(AttemptFuture::Done);
+                Poll::Ready($result)
+            }};
+        }
         loop {
             // The primary first: with no hedge sent, it is all there is.
             if let Poll::Ready(result) = this.primary.as_mut().poll_attempt(cx, this.signal) {
-                let mut launch = Launch {
-                    extras: this.extras,
-                    spare: this.spare,
-                    guard: this.guard,
-                    policy: this.policy,
-                };
-                if let Settled::Over(result) = launch.settle(Attempt::PRIMARY, result) {
-                    // Cancel the others now, not when the caller drops us.
-                    this.extras.clear();
-                    return Poll::Ready(result);
+                if let Settled::Over(result) = launch!().settle(Attempt::PRIMARY, result) {
+                    return finish!(result);
                 }
             }
             // Extra attempts; those launched while polling are polled in
@@ -218,16 +230,8 @@ where
                     continue;
                 };
                 this.extras.swap_remove(i);
-                let mut launch = Launch {
-                    extras: this.extras,
-                    spare: this.spare,
-                    guard: this.guard,
-                    policy: this.policy,
-                };
-                if let Settled::Over(result) = launch.settle(attempt, result) {
-                    this.extras.clear();
-                    this.primary.set(AttemptFuture::Done);
-                    return Poll::Ready(result);
+                if let Settled::Over(result) = launch!().settle(attempt, result) {
+                    return finish!(result);
                 }
             }
             // The timer, only while one is due: none is built for a
@@ -241,17 +245,11 @@ where
             }
             match this.guard.on_timer() {
                 TimerAction::SendHedge(attempt) => {
-                    let mut launch = Launch {
-                        extras: this.extras,
-                        spare: this.spare,
-                        guard: this.guard,
-                        policy: this.policy,
-                    };
-                    if let Settled::Over(result) = launch.send(attempt) {
-                        return Poll::Ready(result);
+                    if let Settled::Over(result) = launch!().send(attempt) {
+                        return finish!(result);
                     }
                 }
-                TimerAction::GiveUp { .. } => return Poll::Ready(Err(HedgeError::Deadline)),
+                TimerAction::GiveUp { .. } => return finish!(Err(HedgeError::Deadline)),
                 // Re-armed at the new `next_timer` on the next pass.
                 TimerAction::Wait { .. } | TimerAction::Skip(_) => {}
             }
