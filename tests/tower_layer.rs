@@ -370,15 +370,17 @@ async fn the_commit_signal_decides_the_race() {
     // the hedge wins at 8 ms.
     let backend = Backend::new(|_, n| Reply::After(ms(if n == 0 { 1 } else { 2 })));
     let hedger = hedger(prior_5ms());
+    // The signal may change what the service answers: here, the response
+    // with its first token.
     let first_token = |(id, n): (u64, u32)| async move {
         sleep(ms(if n == 0 { 50 } else { 1 })).await;
-        Ok::<_, BackendError>((id, n))
+        Ok::<_, BackendError>(((id, n), "first token"))
     };
     let service = HedgeLayer::new(Arc::clone(&hedger), AllIdempotent)
         .commit_signal(first_token)
         .layer(backend.clone());
     let t0 = Instant::now();
-    assert_eq!(service.oneshot(12).await.unwrap(), (12, 1));
+    assert_eq!(service.oneshot(12).await.unwrap(), ((12, 1), "first token"));
     assert_eq!(t0.elapsed(), ms(8));
     let stats = hedger.stats();
     assert_eq!(

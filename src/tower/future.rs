@@ -36,7 +36,6 @@ pin_project! {
 impl<S, Req, F> AttemptFuture<S, Req, F>
 where
     S: Service<Req>,
-    F: Future<Output = Result<S::Response, S::Error>>,
 {
     /// The primary: already called on a ready service.
     pub(crate) fn calling(future: S::Future) -> Self {
@@ -49,9 +48,10 @@ where
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         signal: &C,
-    ) -> Poll<Result<S::Response, S::Error>>
+    ) -> Poll<Result<C::Response, S::Error>>
     where
         C: CommitSignal<S::Response, S::Error, Future = F>,
+        F: Future<Output = Result<C::Response, S::Error>>,
     {
         loop {
             match self.as_mut().project() {
@@ -189,7 +189,7 @@ where
     C: CommitSignal<S::Response, S::Error>,
     B: HedgeBudget,
 {
-    type Output = Result<S::Response, HedgeError<S::Error>>;
+    type Output = Result<C::Response, HedgeError<S::Error>>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
@@ -269,15 +269,10 @@ impl<S, Req, P, F, B, const T: usize> Launch<'_, S, Req, P, F, B, T>
 where
     S: Service<Req> + Clone,
     P: Policy<Req, S::Error>,
-    F: Future<Output = Result<S::Response, S::Error>>,
     B: HedgeBudget,
 {
     /// Reports `attempt`'s result to the hedger and acts on its decision.
-    fn settle(
-        &mut self,
-        attempt: Attempt,
-        result: Result<S::Response, S::Error>,
-    ) -> Settled<S::Response, S::Error> {
+    fn settle<R>(&mut self, attempt: Attempt, result: Result<R, S::Error>) -> Settled<R, S::Error> {
         match result {
             Ok(response) => match self.guard.on_commit(attempt) {
                 CommitOutcome::Won { .. } => Settled::Over(Ok(response)),
@@ -309,7 +304,7 @@ where
 
     /// Sends `attempt`, which the hedger released: a copy of the spare
     /// request on a clone of the spare service, routed by the policy.
-    fn send(&mut self, attempt: Attempt) -> Settled<S::Response, S::Error> {
+    fn send<R>(&mut self, attempt: Attempt) -> Settled<R, S::Error> {
         let mut next = Some(attempt);
         while let Some(attempt) = next.take() {
             let copy = self

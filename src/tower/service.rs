@@ -94,7 +94,7 @@ where
     C: CommitSignal<S::Response, S::Error> + Clone,
     B: HedgeBudget,
 {
-    type Response = S::Response;
+    type Response = C::Response;
     type Error = HedgeError<S::Error>;
     type Future = ResponseFuture<S, Req, P, C, RequestGuard<TokioClock, B, T>>;
 
