@@ -595,3 +595,39 @@ async fn side_by_side_with_tower_hedge() {
     assert!(extra(ours_backend.calls()) <= 0.15);
     assert_eq!(ours_backend.calls() - N, hedger.stats().hedges_sent);
 }
+
+#[tokio::test(start_paused = true)]
+async fn without_extra_attempts_no_copy_is_made() {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    /// Counts the copies it makes.
+    #[derive(Clone)]
+    struct Counting(Arc<AtomicU32>);
+    impl Policy<u64, BackendError> for Counting {
+        fn idempotency(&self, _: &u64) -> Idempotency {
+            Idempotency::Idempotent
+        }
+        fn clone_request(&self, id: &u64) -> Option<u64> {
+            self.0.fetch_add(1, Ordering::Relaxed);
+            Some(*id)
+        }
+    }
+    let backend = Backend::new(|_, _| Reply::After(ms(100)));
+    let copies = Arc::new(AtomicU32::new(0));
+    // No hedges, no retries: the hedger can release nothing.
+    let hedger = hedger(prior_5ms().max_hedges(0).max_retries(0));
+    let service = HedgeLayer::new(Arc::clone(&hedger), Counting(Arc::clone(&copies)));
+    assert_eq!(
+        service.layer(backend.clone()).oneshot(18).await.unwrap(),
+        (18, 0)
+    );
+    assert_eq!(copies.load(Ordering::Relaxed), 0);
+    assert_eq!(backend.calls().len(), 1);
+    // With hedging on, one copy is kept and one more made for the hedge.
+    let hedger = self::hedger(prior_5ms());
+    let service = HedgeLayer::new(Arc::clone(&hedger), Counting(Arc::clone(&copies)));
+    assert_eq!(
+        service.layer(backend.clone()).oneshot(20).await.unwrap().0,
+        20
+    );
+    assert_eq!(copies.load(Ordering::Relaxed), 2);
+}
