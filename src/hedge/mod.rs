@@ -112,7 +112,8 @@
 //!   process while no lock is taken anywhere;
 //! * one `Hedger` behind the caller's mutex: each event holds it for the
 //!   tens of nanoseconds the machine needs (see the benchmarks), never
-//!   across I/O; `SharedHedger` is faster under contention.
+//!   across I/O (`cargo bench --bench shared` compares it with
+//!   `SharedHedger`, on one thread and two).
 //!
 //! # State machine
 //! Per request (see [`Request`]): `Racing` until the first commit

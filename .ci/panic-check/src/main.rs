@@ -5,7 +5,7 @@
 
 use core::hint::black_box;
 use tailguard::budget::{Budget, HedgeBudget, RatioBudget, TokenBucket};
-use tailguard::hedge::{Attempt, Failure, HedgeConfig, Hedger, Idempotency};
+use tailguard::hedge::{Attempt, Failure, HedgeConfig, Hedger, Idempotency, SharedHedger};
 use tailguard::window::{LatencyWindow, Rotation};
 use tailguard::{
     CollapsingHighestStore, DDSketch, IndexMapping, LinearMapping, LogLinearMapping,
@@ -160,12 +160,46 @@ fn hedging() {
     }
 }
 
+fn shared_hedging() {
+    let config = HedgeConfig::DEFAULT
+        .max_hedges(black_box(3))
+        .min_samples(black_box(1))
+        .rotation_samples(black_box(2))
+        .prior_delay_ns(black_box(1_000))
+        .max_hedges_in_flight(black_box(1))
+        .in_flight_lease_ns(black_box(7))
+        .deadline_ns(black_box(9_000));
+    if let Ok(h) = SharedHedger::<Budget, 2>::with_budget(config, Budget::default()) {
+        for (target, t) in [(1, 10), (0, 3), (usize::MAX, 1 << 40), (5, u64::MAX)] {
+            let (target, t) = (black_box(target), black_box(t));
+            let mut r = h.start(target, t, Idempotency::Idempotent);
+            black_box((r.plan(), r.next_timer()));
+            let _ = black_box(h.on_timer(&mut r, t.saturating_add(2_000)));
+            r.route(Attempt(black_box(1)), black_box(target));
+            let _ = black_box(h.on_failure(&mut r, Attempt(1), t, Failure::Retryable));
+            let _ = black_box(h.on_commit(&mut r, Attempt(black_box(0)), black_box(3_000)));
+            let _ = black_box(h.abandon(&mut r, black_box(u64::MAX)));
+        }
+        let _ = black_box((
+            h.stats(),
+            h.delay_ns(1, black_box(4)),
+            h.plan(7, black_box(5)),
+        ));
+        let _ = black_box((
+            h.hedges_in_flight(black_box(6)),
+            h.budget_stats(),
+            h.targets(),
+        ));
+    }
+}
+
 #[no_mangle]
 pub extern "C" fn _start() -> ! {
     sketches();
     window();
     budgets();
     hedging();
+    shared_hedging();
     loop {
         core::hint::spin_loop();
     }

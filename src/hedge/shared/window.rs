@@ -620,10 +620,11 @@ mod tests {
                 .sum::<u64>()
         );
         assert_eq!(w.rotations(), 0);
-        // The estimate over them: 1..=50 µs, a quarter censored, so the
-        // p90 lies above the exact samples' own (46 µs).
+        // The estimate over them: within the samples, 1 µs to 50 µs (a
+        // quarter censored puts the p90 above the exact samples' own).
+        let largest = 1_000 + per.min(50).saturating_sub(1) * 1_000;
         let q = w.cached_quantile().unwrap();
-        assert!((46_000..=50_500).contains(&q), "{q}");
+        assert!(q >= largest * 9 / 10 && q <= largest + largest / 100, "{q}");
     }
 
     #[test]
@@ -632,7 +633,7 @@ mod tests {
         let p = params(config);
         let w = AtomicWindow::new();
         let (threads, per) = if cfg!(miri) {
-            (2u64, 60u64)
+            (2u64, 150u64)
         } else {
             (4, 5_000)
         };
