@@ -96,6 +96,7 @@ pub mod mapping;
 mod sketch;
 pub mod store;
 mod sync;
+mod wide;
 pub mod window;
 pub mod wire;
 

@@ -52,7 +52,7 @@
 
 use crate::mapping::{CubicMapping, IndexMapping};
 use crate::sync::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
-use crate::window::survival::{self, Pair, Side};
+use crate::window::survival::{self, Level, Pair, Side};
 use crate::window::{Rotation, REFRESH_SHARE};
 
 /// Buckets per side: 1 µs (0.75 µs) to 10 min at α = 1 %, like the
@@ -73,7 +73,7 @@ pub(crate) struct Params {
     /// The key of the first bucket.
     pub(crate) low: i32,
     pub(crate) rotation: Rotation,
-    pub(crate) quantile: f64,
+    pub(crate) quantile: Level,
 }
 
 impl Params {
@@ -93,7 +93,8 @@ impl Params {
                 period_ns: rotation.period_ns.max(1),
                 ..rotation
             },
-            quantile,
+            // Validated with the configuration; 0 if not.
+            quantile: Level::new(quantile).unwrap_or(Level::ZERO),
         }
     }
 
@@ -215,20 +216,12 @@ impl Side for View<'_> {
         self.side.zero.load(Ordering::Relaxed)
     }
 
-    fn min(&self) -> Option<f64> {
+    fn extremes(&self) -> Option<(u64, u64)> {
         let (min, max) = (
             self.side.min.load(Ordering::Relaxed),
             self.side.max.load(Ordering::Relaxed),
         );
-        (min <= max).then_some(min as f64)
-    }
-
-    fn max(&self) -> Option<f64> {
-        let (min, max) = (
-            self.side.min.load(Ordering::Relaxed),
-            self.side.max.load(Ordering::Relaxed),
-        );
-        (min <= max).then_some(max as f64)
+        (min <= max).then_some((min, max))
     }
 
     fn bins(&self) -> impl Iterator<Item = (i32, u32)> + '_ {
@@ -248,8 +241,8 @@ impl Side for View<'_> {
         })
     }
 
-    fn value(&self, key: i32) -> f64 {
-        self.params.mapping.value(key)
+    fn value_u64(&self, key: i32) -> u64 {
+        self.params.mapping.value_u64(key)
     }
 }
 
@@ -490,10 +483,10 @@ impl AtomicWindow {
                     censored: &pc,
                 },
             ],
-            p.quantile,
+            &p.quantile,
         );
-        // `as` rounds down and saturates; +1 keeps 0 for "none".
-        let encoded = q.map_or(0, |v| (v as u64).saturating_add(1));
+        // +1 keeps 0 for "none".
+        let encoded = q.map_or(0, |v| v.saturating_add(1));
         self.cached.store(encoded, Ordering::Relaxed);
         self.refreshed_at.store(self.count(), Ordering::Relaxed);
     }
