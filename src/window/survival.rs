@@ -209,6 +209,10 @@ impl<M: IndexMapping, S: Store> Side for DDSketch<M, S, NoStore> {
     fn value_u64(&self, key: i32) -> u64 {
         self.mapping().value_u64(key)
     }
+    /// On 64-bit targets only: the store's union walk is a second walk, two
+    /// kilobytes of Thumb code, for the same answer; microcontrollers keep
+    /// the one walk.
+    #[cfg(target_pointer_width = "64")]
     fn union_at_rank(&self, other: &Self, rank: u64) -> Option<Answer> {
         // When the two halves' keys are close (always, but for samples
         // decades apart), the store's own union walk is the fastest way
@@ -358,7 +362,7 @@ pub(crate) fn quantile<X: Side>(halves: [Pair<'_, X>; 2], level: &Level) -> Opti
             return Some(finish(Answer::Key(key)));
         }
     }
-    Some(max)
+    Some(finish(Answer::Largest))
 }
 
 #[cfg(test)]
