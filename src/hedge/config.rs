@@ -266,6 +266,7 @@ impl HedgeConfig {
     }
 
     /// A quantile times the configured multiplier, saturating.
+    #[inline]
     pub(crate) fn scale(&self, quantile_ns: u64) -> u64 {
         let permille = self.delay_multiplier_permille;
         if permille == 1_000 {

@@ -120,7 +120,13 @@ impl Level {
     pub(crate) fn rank(&self, n: u64) -> u64 {
         let last = n.saturating_sub(1);
         // ≤ 2⁶⁴ · 2⁵³: fits u128.
-        let product = round_to_double(u128::from(last)).saturating_mul(u128::from(self.mantissa));
+        // Below 2⁵³ the conversion is exact (the common case: no rounding).
+        let converted = if last < 1 << 53 {
+            u128::from(last)
+        } else {
+            round_to_double(u128::from(last))
+        };
+        let product = converted.saturating_mul(u128::from(self.mantissa));
         let rank = round_to_double(product)
             .checked_shr(self.shift)
             .unwrap_or(0);
