@@ -102,6 +102,7 @@ pub mod store;
 mod sync;
 #[cfg(feature = "tower")]
 pub mod tower;
+mod wide;
 pub mod window;
 pub mod wire;
 

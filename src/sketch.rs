@@ -527,6 +527,13 @@ impl<M: IndexMapping, P: Store, N: Store> DDSketch<M, P, N> {
         &self.mapping
     }
 
+    /// The smallest and largest sample [`add_u64`](Self::add_u64) took,
+    /// exactly; `None` if it took none.
+    pub(crate) fn integer_extremes(&self) -> Option<(u64, u64)> {
+        let i = &self.integers;
+        (i.min <= i.max).then_some((i.min, i.max))
+    }
+
     /// The store of positive values.
     pub fn positive_store(&self) -> &P {
         &self.positive

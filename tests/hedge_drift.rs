@@ -233,6 +233,6 @@ fn winner_timed_from_primary_start_keeps_p90_but_loses_the_tail() {
     assert!((0.95..=1.05).contains(&(p90 / true_p90())), "{p90}");
     // The backend's true p99 is 5 ms · e^(0.6 · 2.3263) ≈ 20.3 ms.
     let true_p99 = 5.0 * MS * (0.6f64 * 2.326_347_874).exp();
-    let p99 = w.quantile(0.99).unwrap().unwrap();
+    let p99 = w.quantile(0.99).unwrap().unwrap() as f64;
     assert!(p99 < 0.85 * true_p99, "p99 {p99} vs true {true_p99}");
 }

@@ -9,11 +9,14 @@
 //! recovers: hedges in flight are bounded by those really outstanding, and
 //! a dropped request's hedges stop counting once the lease has passed, so
 //! with nothing live and every dropped hedge a lease old the count is 0
-//! whatever the clock did before.
+//! whatever the clock did before. Both mappings: the default cubic one and
+//! `LogLinearMapping` (the integer-only record path).
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use tailguard::budget::{Budget, RatioBudget};
+use tailguard::store::CollapsingLowestStore;
+use tailguard::{CubicMapping, FromRelativeAccuracy, IndexMapping, LogLinearMapping};
 use tailguard::hedge::{
     Attempt, CommitOutcome, DelaySource, Failure, FailureOutcome, HedgeConfig, HedgeStats, Hedger,
     Idempotency, Plan, Request, TimerAction,
@@ -79,6 +82,7 @@ struct Input {
     budget: u8,
     share_bps: u16,
     per_target: bool,
+    log_linear: bool,
     events: Vec<Event>,
 }
 
@@ -124,6 +128,14 @@ fn hedges_of(request: &Request<u8>) -> impl Iterator<Item = u64> + '_ {
 }
 
 fuzz_target!(|input: Input| {
+    if input.log_linear {
+        run::<LogLinearMapping>(input);
+    } else {
+        run::<CubicMapping>(input);
+    }
+});
+
+fn run<M: IndexMapping + FromRelativeAccuracy>(input: Input) {
     // A multiple of 4 ns, so that "stops counting between ¾ of the lease
     // and the lease" holds to the nanosecond.
     let lease = 4 * (u64::from(input.lease_quarter_us) + 1) * 1_000;
@@ -155,7 +167,7 @@ fuzz_target!(|input: Input| {
     };
     let bounded = !matches!(budget, Budget::Unlimited);
     let never = matches!(budget, Budget::Never);
-    let mut h: Hedger<u8, Budget, 2> = if input.per_target {
+    let mut h: Hedger<u8, Budget, 2, CollapsingLowestStore<1024>, M> = if input.per_target {
         Hedger::with_budget_per_target(config, budget).unwrap()
     } else {
         Hedger::with_budget(config, budget).unwrap()
@@ -427,4 +439,4 @@ fuzz_target!(|input: Input| {
             }
         }
     }
-});
+}

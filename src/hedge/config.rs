@@ -266,14 +266,16 @@ impl HedgeConfig {
     }
 
     /// A quantile times the configured multiplier, saturating.
+    #[inline]
     pub(crate) fn scale(&self, quantile_ns: u64) -> u64 {
         let permille = self.delay_multiplier_permille;
         if permille == 1_000 {
             return quantile_ns;
         }
-        // u64 × u32 fits u128 with room to spare.
-        let scaled = u128::from(quantile_ns).saturating_mul(u128::from(permille)) / 1_000;
-        u64::try_from(scaled).unwrap_or(u64::MAX)
+        // u64 × u32 fits u128; divided without a 128-bit divide (inline
+        // kilobytes on 32-bit targets), saturating past u64.
+        let scaled = u128::from(quantile_ns).wrapping_mul(u128::from(permille));
+        crate::wide::div_wide((scaled >> 64) as u64, scaled as u64, 1_000)
     }
 }
 

@@ -115,6 +115,42 @@
 //!   across I/O (`cargo bench --bench shared` compares it with
 //!   `SharedHedger`, on one thread and two).
 //!
+//! # Embedded
+//! On a microcontroller without double-precision hardware (Cortex-M4F and
+//! M33 have a single-precision FPU only; M0/M3 and RISC-V `imc` none),
+//! every `f64` operation is a software routine. Give the hedger
+//! [`LogLinearMapping`](crate::LogLinearMapping) as its mapping `M`: every
+//! event is then integer arithmetic — keys through
+//! [`index_u64`](crate::IndexMapping::index_u64), the windows' Kaplan–Meier
+//! refresh in fixed point (see [`crate::window`]), the delay's scaling and
+//! bounds. Only construction uses floats (validating the configuration,
+//! deriving the rotation rule), once; with a constant configuration the
+//! compiler folds them away.
+//!
+//! ```
+//! use tailguard::hedge::{Attempt, HedgeConfig, Hedger, Idempotency};
+//! use tailguard::{CollapsingLowestStore, LogLinearMapping, RatioBudget};
+//!
+//! // α = 2 % asked, 1.54 % achieved: 32 buckets a power of two, so the
+//! // default 1 024 buckets span 1 µs to over an hour in nanoseconds.
+//! type Embedded = Hedger<(), RatioBudget, 1, CollapsingLowestStore<1024>, LogLinearMapping>;
+//! let mapping = LogLinearMapping::with_bits(5, 0)?;
+//! let config = HedgeConfig::DEFAULT.relative_accuracy(0.02);
+//! let mut hedger = Embedded::with_mapping(config, RatioBudget::default(), mapping)?;
+//! let mut req = hedger.start((), 0, Idempotency::Idempotent);
+//! let _ = hedger.on_commit(&mut req, Attempt::PRIMARY, 2_000_000);
+//! assert_eq!(hedger.stats().samples, 1);
+//! # Ok::<(), Box<dyn core::error::Error>>(())
+//! ```
+//!
+//! CI builds such a hedger for `thumbv7em-none-eabihf` (start, timer,
+//! commit, stats; opt-level `"s"`, LTO) and checks from its disassembly
+//! that no software double-precision routine is reachable from any event:
+//! it takes 16.4 KB of flash (26.7 KB at opt-level 3), of which the
+//! [`RatioBudget`](crate::RatioBudget)'s 64-bit atomics, emulated with a
+//! lock on 32-bit targets, take 3.6 KB (see the README's *Embedded
+//! targets*).
+//!
 //! # State machine
 //! Per request (see [`Request`]): `Racing` until the first commit
 //! (`Won(attempt)`) or until the deadline passes, a fatal failure, every
@@ -159,9 +195,10 @@ pub use shared::SharedHedger;
 pub use stats::HedgeStats;
 
 use crate::budget::{Budget, HedgeBudget};
+use crate::mapping::IndexMapping;
 use crate::store::{CollapsingLowestStore, Store};
-use crate::window::LatencyWindow;
-use crate::CubicMapping;
+use crate::window::{LatencyWindow, Rotation};
+use crate::{CubicMapping, FromRelativeAccuracy};
 use in_flight::InFlight;
 use machine::{Core, Stat};
 use stats::bump;
@@ -186,14 +223,28 @@ enum BudgetScope<B> {
 ///   10 min at α = 1 %) by default. A window holds four sketches (exact and
 ///   censored, two halves), about 16.5 KiB by default; the hedger holds
 ///   one per target plus the aggregate window, inline.
+/// * `M`: the index mapping of every window, [`CubicMapping`] by default.
+///   [`LogLinearMapping`](crate::LogLinearMapping) keeps every event free
+///   of float arithmetic (for microcontrollers without a double-precision
+///   FPU; see *Embedded* in the module docs); give it
+///   `CollapsingLowestStore<2048>` at α = 1 %, or α = 2 %, for the same
+///   1 µs to 10 min span.
 #[derive(Debug)]
-pub struct Hedger<K = (), B = Budget, const T: usize = 1, S: Store = CollapsingLowestStore<1024>> {
+pub struct Hedger<
+    K = (),
+    B = Budget,
+    const T: usize = 1,
+    S: Store = CollapsingLowestStore<1024>,
+    M: IndexMapping = CubicMapping,
+> {
     config: HedgeConfig,
-    mapping: CubicMapping,
+    /// `config.rotation()`, computed once (it takes float arithmetic).
+    rotation: Rotation,
+    mapping: M,
     budget: BudgetScope<B>,
-    table: Table<K, S, B, T>,
+    table: Table<K, S, B, M, T>,
     /// Every sample of every target (unused when `T == 1`).
-    aggregate: LatencyWindow<CubicMapping, S>,
+    aggregate: LatencyWindow<M, S>,
     in_flight: InFlight,
     stats: HedgeStats,
 }
@@ -208,15 +259,18 @@ impl Hedger {
     }
 }
 
-impl<K: PartialEq + Copy, B: HedgeBudget, const T: usize, S: Store> Hedger<K, B, T, S> {
-    const HAS_TARGETS: () = assert!(T > 0, "a hedger needs room for at least one target");
-
+impl<K: PartialEq + Copy, B: HedgeBudget, const T: usize, S: Store, M> Hedger<K, B, T, S, M>
+where
+    M: IndexMapping + FromRelativeAccuracy,
+{
     /// A hedger whose targets all share `budget`.
     ///
     /// # Errors
     /// The first problem [`HedgeConfig::validate`] finds.
     pub fn with_budget(config: HedgeConfig, budget: B) -> Result<Self, ConfigError> {
-        Self::build(config, BudgetScope::Shared(budget))
+        let mapping = M::from_relative_accuracy(config.relative_accuracy)
+            .map_err(|_| ConfigError::RelativeAccuracy(config.relative_accuracy))?;
+        Self::build(config, BudgetScope::Shared(budget), mapping)
     }
 
     /// A hedger in which each target has a budget of its own, configured
@@ -227,18 +281,38 @@ impl<K: PartialEq + Copy, B: HedgeBudget, const T: usize, S: Store> Hedger<K, B,
     /// # Errors
     /// The first problem [`HedgeConfig::validate`] finds.
     pub fn with_budget_per_target(config: HedgeConfig, prototype: B) -> Result<Self, ConfigError> {
-        Self::build(config, BudgetScope::PerTarget(prototype))
+        let mapping = M::from_relative_accuracy(config.relative_accuracy)
+            .map_err(|_| ConfigError::RelativeAccuracy(config.relative_accuracy))?;
+        Self::build(config, BudgetScope::PerTarget(prototype), mapping)
+    }
+}
+
+impl<K: PartialEq + Copy, B: HedgeBudget, const T: usize, S: Store, M: IndexMapping>
+    Hedger<K, B, T, S, M>
+{
+    const HAS_TARGETS: () = assert!(T > 0, "a hedger needs room for at least one target");
+
+    /// A hedger over a mapping built by the caller (the configuration's
+    /// `relative_accuracy` is then only validated: the mapping's own
+    /// accuracy applies), whose targets all share `budget`. E.g.
+    /// `LogLinearMapping::with_bits(6, 0)`, which builds without float
+    /// arithmetic.
+    ///
+    /// # Errors
+    /// The first problem [`HedgeConfig::validate`] finds.
+    pub fn with_mapping(config: HedgeConfig, budget: B, mapping: M) -> Result<Self, ConfigError> {
+        Self::build(config, BudgetScope::Shared(budget), mapping)
     }
 
-    fn build(config: HedgeConfig, budget: BudgetScope<B>) -> Result<Self, ConfigError> {
+    fn build(config: HedgeConfig, budget: BudgetScope<B>, mapping: M) -> Result<Self, ConfigError> {
         let () = Self::HAS_TARGETS;
         config.validate()?;
-        let mapping = CubicMapping::new(config.relative_accuracy)
-            .map_err(|_| ConfigError::RelativeAccuracy(config.relative_accuracy))?;
-        let aggregate = LatencyWindow::with_rotation(mapping, config.rotation(), config.quantile)
+        let rotation = config.rotation();
+        let aggregate = LatencyWindow::with_rotation(mapping, rotation, config.quantile)
             .map_err(|_| ConfigError::Quantile(config.quantile))?;
         Ok(Self {
             config,
+            rotation,
             mapping,
             budget,
             table: Table::new(),
@@ -325,11 +399,9 @@ impl<K: PartialEq + Copy, B: HedgeBudget, const T: usize, S: Store> Hedger<K, B,
         if let Some(i) = self.table.find(&target) {
             return (i, false);
         }
-        let Ok(window) = LatencyWindow::with_rotation(
-            self.mapping,
-            self.config.rotation(),
-            self.config.quantile,
-        ) else {
+        let Ok(window) =
+            LatencyWindow::with_rotation(self.mapping, self.rotation, self.config.quantile)
+        else {
             // The quantile was validated at construction.
             return (usize::MAX, false);
         };
@@ -412,7 +484,7 @@ impl<K: PartialEq + Copy, B: HedgeBudget, const T: usize, S: Store> Hedger<K, B,
     }
 
     /// The latency window of `target`, if the table holds it.
-    pub fn window(&self, target: &K) -> Option<&LatencyWindow<CubicMapping, S>> {
+    pub fn window(&self, target: &K) -> Option<&LatencyWindow<M, S>> {
         self.table
             .find(target)
             .and_then(|i| self.table.get(i))
@@ -421,7 +493,7 @@ impl<K: PartialEq + Copy, B: HedgeBudget, const T: usize, S: Store> Hedger<K, B,
 
     /// The window of every target's samples (empty when `T == 1`: the
     /// target's own window is the same data).
-    pub fn aggregate_window(&self) -> &LatencyWindow<CubicMapping, S> {
+    pub fn aggregate_window(&self) -> &LatencyWindow<M, S> {
         &self.aggregate
     }
 
@@ -446,12 +518,14 @@ impl<K: PartialEq + Copy, B: HedgeBudget, const T: usize, S: Store> Hedger<K, B,
     }
 
     /// The mapping every target's sketches use.
-    pub fn mapping(&self) -> &CubicMapping {
+    pub fn mapping(&self) -> &M {
         &self.mapping
     }
 }
 
-impl<K: PartialEq + Copy, B: HedgeBudget, const T: usize, S: Store> Core<K> for Hedger<K, B, T, S> {
+impl<K: PartialEq + Copy, B: HedgeBudget, const T: usize, S: Store, M: IndexMapping> Core<K>
+    for Hedger<K, B, T, S, M>
+{
     #[inline]
     fn config(&self) -> &HedgeConfig {
         &self.config
@@ -539,9 +613,9 @@ impl<K: PartialEq + Copy, B: HedgeBudget, const T: usize, S: Store> Core<K> for 
 /// fewer than `min_samples` answers (exact samples: censored ones say only
 /// how long attempts were *not* answered) or is idle: the cached quantile,
 /// scaled and bounded.
-fn estimate<S: Store>(
+fn estimate<M: IndexMapping, S: Store>(
     config: &HedgeConfig,
-    window: &LatencyWindow<CubicMapping, S>,
+    window: &LatencyWindow<M, S>,
     now: u64,
 ) -> Option<u64> {
     if window.exact_count() < config.min_samples || window.is_idle_at(now) {

@@ -1,14 +1,14 @@
 //! Per-target latency state in a fixed-capacity table.
 
+use crate::mapping::IndexMapping;
 use crate::store::Store;
 use crate::window::LatencyWindow;
-use crate::CubicMapping;
 
 /// One target's latency window and bookkeeping.
 #[derive(Clone, Debug)]
-pub(crate) struct Target<K, S: Store, B> {
+pub(crate) struct Target<K, S: Store, B, M: IndexMapping> {
     pub(crate) key: K,
-    pub(crate) window: LatencyWindow<CubicMapping, S>,
+    pub(crate) window: LatencyWindow<M, S>,
     /// The caller time of the target's latest request (the latest given,
     /// not the largest: one far-future timestamp cannot pin it).
     pub(crate) last_used: u64,
@@ -19,13 +19,8 @@ pub(crate) struct Target<K, S: Store, B> {
     pub(crate) budget: Option<B>,
 }
 
-impl<K, S: Store, B> Target<K, S, B> {
-    pub(crate) fn new(
-        key: K,
-        window: LatencyWindow<CubicMapping, S>,
-        now: u64,
-        budget: Option<B>,
-    ) -> Self {
+impl<K, S: Store, B, M: IndexMapping> Target<K, S, B, M> {
+    pub(crate) fn new(key: K, window: LatencyWindow<M, S>, now: u64, budget: Option<B>) -> Self {
         Self {
             key,
             window,
@@ -60,12 +55,12 @@ const MAX_HITS: u8 = 15;
 /// request —, and a target that goes quiet leaves within 15 passes. No
 /// timestamp is involved, so no clock anomaly can pin an entry.
 #[derive(Clone, Debug)]
-pub(crate) struct Table<K, S: Store, B, const T: usize> {
-    targets: heapless::Vec<Target<K, S, B>, T>,
+pub(crate) struct Table<K, S: Store, B, M: IndexMapping, const T: usize> {
+    targets: heapless::Vec<Target<K, S, B, M>, T>,
     hand: usize,
 }
 
-impl<K: PartialEq + Copy, S: Store, B, const T: usize> Table<K, S, B, T> {
+impl<K: PartialEq + Copy, S: Store, B, M: IndexMapping, const T: usize> Table<K, S, B, M, T> {
     pub(crate) const fn new() -> Self {
         Self {
             targets: heapless::Vec::new(),
@@ -80,18 +75,18 @@ impl<K: PartialEq + Copy, S: Store, B, const T: usize> Table<K, S, B, T> {
     }
 
     #[inline]
-    pub(crate) fn get_mut(&mut self, index: usize) -> Option<&mut Target<K, S, B>> {
+    pub(crate) fn get_mut(&mut self, index: usize) -> Option<&mut Target<K, S, B, M>> {
         self.targets.get_mut(index)
     }
 
     #[inline]
-    pub(crate) fn get(&self, index: usize) -> Option<&Target<K, S, B>> {
+    pub(crate) fn get(&self, index: usize) -> Option<&Target<K, S, B, M>> {
         self.targets.get(index)
     }
 
     /// Inserts `target`, evicting if the table is full. Returns the new
     /// entry's index and whether it evicted.
-    pub(crate) fn insert(&mut self, target: Target<K, S, B>) -> (usize, bool) {
+    pub(crate) fn insert(&mut self, target: Target<K, S, B, M>) -> (usize, bool) {
         let target = match self.targets.push(target) {
             Ok(()) => return (self.targets.len().saturating_sub(1), false),
             Err(target) => target,

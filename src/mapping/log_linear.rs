@@ -95,7 +95,6 @@ pub struct LogLinearMapping {
     relative_accuracy: f64,
     /// `1 + α'`, rounded: the representative over the lower bound.
     center: f64,
-    gamma: f64,
     min_indexable: f64,
     max_indexable: f64,
 }
@@ -171,7 +170,6 @@ impl LogLinearMapping {
             int_bias: unit.wrapping_sub(offset) as i32,
             relative_accuracy,
             center,
-            gamma: libm::exp2(inverse_power(bits)),
             min_indexable: libm::scalbn(1.0, lowest as i32),
             max_indexable,
         })
@@ -299,13 +297,48 @@ impl IndexMapping for LogLinearMapping {
         build_float_scaled(e, s, self.center)
     }
 
+    /// `⌊2^e · (2^k + j) · (2^(k+1) + 2) / (2^k · (2^(k+1) + 1))⌋`: the
+    /// real `lower · (1 + α')` rounded down, in integers only (64-bit
+    /// divisions), saturating at `u64::MAX`.
+    #[inline]
+    fn value_u64(&self, index: i32) -> u64 {
+        let shifted = i64::from(index).wrapping_sub(i64::from(self.index_offset));
+        let e = shifted.wrapping_shr(self.bits);
+        let mask = 1i64.wrapping_shl(self.bits).wrapping_sub(1);
+        let unit = 1u64.wrapping_shl(self.bits);
+        // (2^k + j) · (2^(k+1) + 2) < 2^(2k+3) ≤ 2⁴⁹; 2^(k+1) + 1 < 2²⁵.
+        let numerator =
+            (unit | (shifted & mask) as u64).wrapping_mul(unit.wrapping_mul(2).wrapping_add(2));
+        let divisor = unit.wrapping_mul(2) | 1;
+        // divisor ≥ 1.
+        let whole = numerator.checked_div(divisor).unwrap_or(0);
+        let rest = numerator.checked_rem(divisor).unwrap_or(0);
+        // value = numerator · 2^t / divisor.
+        let t = e.wrapping_sub(i64::from(self.bits));
+        let Ok(t) = u32::try_from(t) else {
+            // ⌊⌊a / b⌋ / 2^s⌋ = ⌊a / (b · 2^s)⌋.
+            let s = u32::try_from(t.unsigned_abs()).unwrap_or(u32::MAX);
+            return whole.checked_shr(s).unwrap_or(0);
+        };
+        // whole ≥ 1 (numerator > divisor): from t = 64 on, past u64.
+        if t >= 64 || whole > u64::MAX >> t {
+            return u64::MAX;
+        }
+        // ⌊rest · 2^t / divisor⌋ < 2^t: the high word is below the divisor.
+        let high = rest.checked_shr(64u32.wrapping_sub(t)).unwrap_or(0);
+        let fraction = crate::wide::div_wide(high, rest.wrapping_shl(t), divisor);
+        whole.wrapping_shl(t).saturating_add(fraction)
+    }
+
     fn relative_accuracy(&self) -> f64 {
         self.relative_accuracy
     }
 
     /// `2^(2^-k)`, as Go and Java write a LINEAR mapping's γ.
+    /// (Computed when asked: `exp2` and its table stay out of binaries
+    /// that never ask.)
     fn gamma(&self) -> f64 {
-        self.gamma
+        libm::exp2(inverse_power(self.bits))
     }
 
     fn index_offset(&self) -> f64 {
@@ -373,6 +406,41 @@ mod tests {
         assert_eq!(k(g.next_down()), 7);
         for a in [0.0, 1.0, 9e-8, f64::NAN, -0.5] {
             assert!(LogLinearMapping::new(a).is_err(), "{a}");
+        }
+    }
+
+    #[test]
+    fn integer_representatives_are_the_real_ones_rounded_down() {
+        for bits in [0, 1, 5, 6, 10, LogLinearMapping::MAX_BITS] {
+            for offset in [0, -77, 1 << 20] {
+                let m = LogLinearMapping::with_bits(bits, offset).unwrap();
+                let unit = 1u128 << bits;
+                let lo = m.index_u64(1).unwrap();
+                let hi = m.index_u64(u64::MAX).unwrap();
+                // Every key of 1..=u64::MAX at few bits; a sample of them at many.
+                let samples = if cfg!(miri) { 50 } else { 5_000 };
+                let stride = ((i64::from(hi) - i64::from(lo)) / samples).max(1) as usize;
+                let keys = (lo..=hi).step_by(stride).chain([hi, lo - 3, lo - 1]);
+                for key in keys {
+                    let shifted = i64::from(key) - i64::from(offset);
+                    let (e, j) = (shifted >> bits, (shifted & ((1 << bits) - 1)) as u128);
+                    // Exact: (2^k + j)(2^(k+1) + 2) 2^e / (2^k (2^(k+1) + 1)).
+                    let num = (unit + j) * (2 * unit + 2);
+                    let den = unit * (2 * unit + 1);
+                    let want = if e >= 0 {
+                        (num << e) / den
+                    } else {
+                        num / (den << -e)
+                    };
+                    let want = u64::try_from(want).unwrap_or(u64::MAX);
+                    assert_eq!(m.value_u64(key), want, "k {bits} o {offset} key {key}");
+                    let float = m.value(key);
+                    assert!(
+                        (float - want as f64).abs() <= 1.0 + float * 1e-15,
+                        "{float} {want}"
+                    );
+                }
+            }
         }
     }
 

@@ -31,6 +31,21 @@
 //! | [`LinearMapping`] | exponent + mantissa | ≈ 1.44× | one add |
 //! | [`LogLinearMapping`] | exponent + top `k` mantissa bits | 1.44× to 2.9× (α a power of two) | one shift, no float arithmetic |
 //!
+//! # Which mapping
+//! * [`CubicMapping`], the default: the fewest buckets for the least work on
+//!   a machine with a double-precision FPU (servers, Cortex-A, Cortex-M7 with
+//!   FPv5-D). Its keys and representatives are `f64` arithmetic.
+//! * [`LogLinearMapping`] for targets without double-precision hardware
+//!   (Cortex-M4F and M33: single precision only; Cortex-M0/M3, RISC-V
+//!   `imc`: none), where every `f64` operation is a software routine: its
+//!   [`index_u64`](IndexMapping::index_u64) and
+//!   [`value_u64`](IndexMapping::value_u64) are integer operations only, so
+//!   a [`LatencyWindow`](crate::window::LatencyWindow) or
+//!   [`Hedger`](crate::hedge::Hedger) built on it records and refreshes
+//!   without floats. It needs more buckets: at α = 1 % (64 a power of two)
+//!   give the store 2048 to span 1 µs to 10 minutes, or take α = 2 % (32).
+//! * [`LogarithmicMapping`] when memory matters more than the `ln` call.
+//!
 //! The conventions (floor keys, `γ` and index offset per mapping, relative
 //! accuracy derived from them) follow DataDog's Go and Java libraries so that a
 //! wire format can interoperate.
@@ -125,6 +140,17 @@ pub trait IndexMapping: Copy + fmt::Debug + PartialEq {
     #[inline]
     fn value(&self, index: i32) -> f64 {
         self.lower_bound(index) * (1.0 + self.relative_accuracy())
+    }
+
+    /// The value that represents bucket `index` in whole units (nanoseconds
+    /// for a latency), rounded down and saturating at `0` and `u64::MAX`:
+    /// what a latency window's cached estimate reports. This default
+    /// converts [`value`](Self::value) (`as u64`); [`LogLinearMapping`]
+    /// overrides it with integer operations only, the real
+    /// `lower · (1 + α')` rounded down.
+    #[inline]
+    fn value_u64(&self, index: i32) -> u64 {
+        self.value(index) as u64
     }
 
     /// A relative slack `ρ >= 0` up to which keys are monotone: for

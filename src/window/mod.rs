@@ -39,13 +39,29 @@
 //! refresh reach 1/32 of the window's count, and at every rotation — so
 //! reading it is a field load. A refresh is one pass over the occupied
 //! buckets of the four sketches, never over the empty keys between them.
+//!
+//! # Integers only
+//! Latencies are recorded as `u64` nanoseconds through the mapping's
+//! [`index_u64`](crate::IndexMapping::index_u64)
+//! ([`DDSketch::add_u64`]), and the refresh runs Kaplan–Meier in integer
+//! and fixed-point arithmetic (survival in units of 2⁻⁶³, the quantile
+//! level decoded once from its bits), answering whole nanoseconds through
+//! [`value_u64`](crate::IndexMapping::value_u64). With
+//! [`LogLinearMapping`](crate::LogLinearMapping) both are integer
+//! operations: recording and refreshing do no float arithmetic at all,
+//! which on a Cortex-M4F (no double-precision FPU) keeps the software
+//! `f64` routines off the path. With the default
+//! [`CubicMapping`] the key and the answer's representative are still
+//! computed in `f64`, and the estimate is the one the float estimator
+//! gave, rounded down to whole nanoseconds (the integer product-limit is
+//! exact up to 2⁻⁶³ per censored bucket; see `survival`'s docs).
 
 pub(crate) mod survival;
 
 use crate::mapping::{CubicMapping, IndexMapping};
 use crate::sketch::{DDSketch, SketchError};
 use crate::store::{CollapsingLowestStore, NoStore, Store};
-use survival::Pair;
+use survival::{Level, Pair};
 
 /// Nanoseconds in a second.
 const NANOS_PER_SEC: u64 = 1_000_000_000;
@@ -150,9 +166,8 @@ pub struct LatencyWindow<M: IndexMapping = CubicMapping, S: Store = CollapsingLo
     /// window's idea of "now" for idle gaps (one stale timestamp is ignored;
     /// the next true ones overwrite any outlier).
     recent: [u64; 2],
-    quantile: f64,
-    cached: Option<f64>,
-    /// `cached` in whole nanoseconds, converted once per refresh.
+    quantile: Level,
+    /// The cached estimate, whole nanoseconds.
     cached_ns: Option<u64>,
     since_refresh: u64,
     rotations: u64,
@@ -203,9 +218,9 @@ impl<M: IndexMapping, S: Store> LatencyWindow<M, S> {
         rotation: Rotation,
         quantile: f64,
     ) -> Result<Self, SketchError> {
-        if !(0.0..=1.0).contains(&quantile) {
+        let Some(level) = Level::new(quantile) else {
             return Err(SketchError::InvalidQuantile(quantile));
-        }
+        };
         Ok(Self {
             current: Half::new(mapping),
             previous: Half::new(mapping),
@@ -215,8 +230,7 @@ impl<M: IndexMapping, S: Store> LatencyWindow<M, S> {
             },
             current_start: None,
             recent: [0; 2],
-            quantile,
-            cached: None,
+            quantile: level,
             cached_ns: None,
             since_refresh: 0,
             rotations: 0,
@@ -289,15 +303,16 @@ impl<M: IndexMapping, S: Store> LatencyWindow<M, S> {
         self.refresh();
     }
 
-    /// Records one latency sample (nanoseconds) at time `now`.
+    /// Records one latency sample (nanoseconds) at time `now`, through
+    /// [`DDSketch::add_u64`]: 0 goes to the zero bucket.
     ///
     /// # Errors
-    /// Never for latencies up to `u64::MAX` with the default mappings; the
-    /// sketch's error otherwise, with nothing recorded.
+    /// Never for latencies up to `u64::MAX` with the crate's mappings at
+    /// offset 0; the sketch's error otherwise, with nothing recorded.
     #[inline]
     pub fn record(&mut self, now: u64, latency_ns: u64) -> Result<(), SketchError> {
         self.advance(now);
-        self.current.exact.add(latency_ns as f64)?;
+        self.current.exact.add_u64(latency_ns)?;
         self.current_exact = self.current_exact.saturating_add(1);
         self.exact = self.exact.saturating_add(1);
         self.after_sample(now);
@@ -311,7 +326,7 @@ impl<M: IndexMapping, S: Store> LatencyWindow<M, S> {
     /// As [`record`](Self::record).
     pub fn record_censored(&mut self, now: u64, elapsed_ns: u64) -> Result<(), SketchError> {
         self.advance(now);
-        self.current.censored.add(elapsed_ns as f64)?;
+        self.current.censored.add_u64(elapsed_ns)?;
         self.after_sample(now);
         Ok(())
     }
@@ -330,13 +345,12 @@ impl<M: IndexMapping, S: Store> LatencyWindow<M, S> {
         }
     }
 
-    /// Recomputes the cached quantile from both halves.
+    /// Recomputes the cached quantile from both halves (integer
+    /// arithmetic; see the module docs).
     pub fn refresh(&mut self) {
         self.since_refresh = 0;
-        self.cached =
-            survival::quantile([self.current.pair(), self.previous.pair()], self.quantile);
-        // `as` rounds down and saturates.
-        self.cached_ns = self.cached.map(|v| v as u64);
+        self.cached_ns =
+            survival::quantile([self.current.pair(), self.previous.pair()], &self.quantile);
     }
 
     /// The cached quantile in nanoseconds (rounded down, saturating), `None`
@@ -347,9 +361,9 @@ impl<M: IndexMapping, S: Store> LatencyWindow<M, S> {
         self.cached_ns
     }
 
-    /// The cached quantile as the estimator reported it.
-    pub fn cached_quantile_f64(&self) -> Option<f64> {
-        self.cached
+    /// The quantile the window caches.
+    pub fn cached_level(&self) -> f64 {
+        self.quantile.get()
     }
 
     /// The cached quantile as of `now`: `None` if the window is empty or
@@ -380,18 +394,17 @@ impl<M: IndexMapping, S: Store> LatencyWindow<M, S> {
         self.current_start.is_some() && now.saturating_sub(self.reference()) >= self.idle_ns()
     }
 
-    /// A fresh product-limit estimate of any quantile over both halves (a
-    /// pass over the occupied buckets; no copy, no allocation).
+    /// A fresh product-limit estimate of any quantile over both halves, in
+    /// nanoseconds rounded down, as [`refresh`](Self::refresh) computes it
+    /// (a pass over the occupied buckets; no copy, no allocation).
     ///
     /// # Errors
     /// [`SketchError::InvalidQuantile`] for a bad `q`.
-    pub fn quantile(&self, q: f64) -> Result<Option<f64>, SketchError> {
-        if !(0.0..=1.0).contains(&q) {
-            return Err(SketchError::InvalidQuantile(q));
-        }
+    pub fn quantile(&self, q: f64) -> Result<Option<u64>, SketchError> {
+        let level = Level::new(q).ok_or(SketchError::InvalidQuantile(q))?;
         Ok(survival::quantile(
             [self.current.pair(), self.previous.pair()],
-            q,
+            &level,
         ))
     }
 
@@ -465,7 +478,6 @@ impl<M: IndexMapping, S: Store> LatencyWindow<M, S> {
         self.empty();
         self.current_start = None;
         self.recent = [0; 2];
-        self.cached = None;
         self.cached_ns = None;
         self.since_refresh = 0;
     }
@@ -525,7 +537,7 @@ mod tests {
         assert!(slow.abs_diff(9_000) <= 90, "{slow}");
         // The cache equals a fresh query once refreshed.
         w.refresh();
-        assert_eq!(w.cached_quantile_f64(), w.quantile(0.5).unwrap());
+        assert_eq!(w.cached_quantile(), w.quantile(0.5).unwrap());
     }
 
     #[test]
@@ -582,7 +594,7 @@ mod tests {
         }
         let median = w.quantile(0.5).unwrap().unwrap();
         // The exact lower median of the exact samples is 1490.
-        assert!((median - 1_490.0).abs() <= 0.011 * 1_490.0, "{median}");
+        assert!(median.abs_diff(1_490) <= 15, "{median}");
         assert_eq!(w.censored_count(), 1000);
     }
 
@@ -602,7 +614,7 @@ mod tests {
             }
             for q in 0..1_000 {
                 let v = w.quantile(f64::from(q) / 1_000.0).unwrap().unwrap();
-                assert!((1.0..=1.0e19 * (1.0 + 1e-6)).contains(&v), "{v}");
+                assert!((1..=10_000_000_000_000_000_000).contains(&v), "{v}");
             }
         }
     }

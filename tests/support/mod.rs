@@ -9,6 +9,7 @@ use statrs::distribution::{ContinuousCDF, Normal};
 use tailguard::budget::HedgeBudget;
 use tailguard::hedge::{Attempt, CommitOutcome, Hedger, Idempotency, Plan, Request, TimerAction};
 use tailguard::store::Store;
+use tailguard::IndexMapping;
 
 pub const MS: u64 = 1_000_000;
 pub const SEC: u64 = 1_000_000_000;
@@ -47,8 +48,14 @@ impl Backend {
 /// Drives one request to `target` started at `t` to its end: hedges on
 /// the timer, the earliest answer wins. Returns the plan and the request's
 /// latency.
-pub fn run_request<K: PartialEq + Copy, B: HedgeBudget, const T: usize, S: Store>(
-    hedger: &mut Hedger<K, B, T, S>,
+pub fn run_request<
+    K: PartialEq + Copy,
+    B: HedgeBudget,
+    const T: usize,
+    S: Store,
+    M: IndexMapping,
+>(
+    hedger: &mut Hedger<K, B, T, S, M>,
     backend: &mut Backend,
     target: K,
     t: u64,
@@ -60,8 +67,8 @@ pub fn run_request<K: PartialEq + Copy, B: HedgeBudget, const T: usize, S: Store
 }
 
 /// Races `req` (started at `t`) to its commit; returns the commit time.
-pub fn race<K: PartialEq + Copy, B: HedgeBudget, const T: usize, S: Store>(
-    hedger: &mut Hedger<K, B, T, S>,
+pub fn race<K: PartialEq + Copy, B: HedgeBudget, const T: usize, S: Store, M: IndexMapping>(
+    hedger: &mut Hedger<K, B, T, S, M>,
     backend: &mut Backend,
     req: &mut Request<K>,
     t: u64,
@@ -72,8 +79,8 @@ pub fn race<K: PartialEq + Copy, B: HedgeBudget, const T: usize, S: Store>(
 /// Races `req` (started at `t`) to its commit, each attempt taking
 /// `draw()` ns: hedges on the timer, the earliest answer wins. Returns the
 /// commit time.
-pub fn race_with<K: PartialEq + Copy, B: HedgeBudget, const T: usize, S: Store>(
-    hedger: &mut Hedger<K, B, T, S>,
+pub fn race_with<K: PartialEq + Copy, B: HedgeBudget, const T: usize, S: Store, M: IndexMapping>(
+    hedger: &mut Hedger<K, B, T, S, M>,
     req: &mut Request<K>,
     t: u64,
     mut draw: impl FnMut() -> u64,

@@ -52,7 +52,10 @@ fn sketches() {
         let _ = black_box((s.quantile(black_box(0.99)), s.sum(), s.min(), s.max()));
         let m = *s.mapping();
         let _ = black_box((m.index_u64(black_box(u64::MAX)), m.value(black_box(-7))));
-        let _ = black_box(LogLinearMapping::with_gamma(black_box(1.01), black_box(3.0)));
+        let _ = black_box(LogLinearMapping::with_gamma(
+            black_box(1.01),
+            black_box(3.0),
+        ));
         let _ = black_box(LogLinearMapping::with_bits(black_box(9), black_box(-5)));
     }
     if let Ok(mut s) = DDSketch::new(alpha) {
@@ -157,6 +160,19 @@ fn hedging() {
         let mut r = h.start(black_box(7), black_box(1), Idempotency::NotIdempotent);
         let _ = black_box(h.on_timer(&mut r, black_box(20_000)));
         let _ = black_box((h.budget_stats(&7), h.stats()));
+    }
+    // The integer record path: keys, representatives and the refresh.
+    type LogLinear = Hedger<u8, Budget, 2, tailguard::CollapsingLowestStore<64>, LogLinearMapping>;
+    if let Ok(m) = LogLinearMapping::with_bits(black_box(23), black_box(-5)) {
+        if let Ok(mut h) = LogLinear::with_mapping(config, Budget::default(), m) {
+            let mut r = h.start(black_box(1), black_box(10), Idempotency::Idempotent);
+            let _ = black_box(h.on_timer(&mut r, black_box(u64::MAX)));
+            let _ = black_box(h.on_commit(&mut r, Attempt(black_box(1)), black_box(7)));
+            let _ = black_box(h.mapping().value_u64(black_box(i32::MIN)));
+            if let Some(w) = h.window(&1) {
+                let _ = black_box(w.quantile(black_box(0.3)));
+            }
+        }
     }
 }
 

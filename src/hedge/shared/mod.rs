@@ -9,8 +9,9 @@
 //! * **windows** — per target and, when `T > 1`, an aggregate one: the
 //!   same rotating two-half window and Kaplan–Meier estimate as
 //!   [`LatencyWindow`](crate::window::LatencyWindow), over a fixed range of
-//!   1 024 atomic bucket counters per side keyed by the same cubic mapping
-//!   (α = [`relative_accuracy`](HedgeConfig::relative_accuracy)), ending at
+//!   1 024 atomic bucket counters per side keyed by the same mapping (the
+//!   cubic one by default, through its integer entry point `index_u64`;
+//!   α = [`relative_accuracy`](HedgeConfig::relative_accuracy)), ending at
 //!   [`max_sample_ns`](HedgeConfig::max_sample_ns): 10 min down to
 //!   0.75 µs at the defaults, smaller keys collapsed into the first
 //!   bucket. Recording a sample is a relaxed `fetch_add` on its bucket and
@@ -103,7 +104,8 @@ use super::{
     HedgeConfig, HedgeStats, Idempotency, Plan, Request, TimerAction,
 };
 use crate::budget::{Budget, BudgetStats, HedgeBudget};
-use crate::CubicMapping;
+use crate::mapping::IndexMapping;
+use crate::{CubicMapping, FromRelativeAccuracy};
 use in_flight::AtomicInFlight;
 use stats::AtomicStats;
 use window::{AtomicWindow, Params};
@@ -113,12 +115,19 @@ use window::{AtomicWindow, Params};
 ///
 /// * `B`: the budget, [`Budget`] (a 15 % traffic ratio) by default.
 /// * `T`: how many targets (indexes `0..T`) keep their own window.
+/// * `M`: the index mapping, [`CubicMapping`] by default;
+///   [`LogLinearMapping`](crate::LogLinearMapping) keys samples in integer
+///   operations only. The 1 024 buckets a side end at `max_sample_ns`: at
+///   α = 1 % the log-linear mapping's span 2¹⁶ (9 ms to the default 10
+///   min; shorter samples share the lowest bucket), so take α = 2 % with
+///   it (2³²: 140 ns to 10 min).
 ///
 /// `Send + Sync` (every budget is).
 #[derive(Debug)]
-pub struct SharedHedger<B: HedgeBudget = Budget, const T: usize = 1> {
+pub struct SharedHedger<B: HedgeBudget = Budget, const T: usize = 1, M: IndexMapping = CubicMapping>
+{
     config: HedgeConfig,
-    params: Params,
+    params: Params<M>,
     budget: B,
     windows: [AtomicWindow; T],
     /// Every sample of every target (unused when `T == 1`).
@@ -137,7 +146,7 @@ impl SharedHedger {
     }
 }
 
-impl<B: HedgeBudget, const T: usize> SharedHedger<B, T> {
+impl<B: HedgeBudget, const T: usize, M: IndexMapping + FromRelativeAccuracy> SharedHedger<B, T, M> {
     const HAS_TARGETS: () = assert!(T > 0, "a hedger needs room for at least one target");
 
     /// A shared hedger whose targets all share `budget`.
@@ -147,7 +156,7 @@ impl<B: HedgeBudget, const T: usize> SharedHedger<B, T> {
     pub fn with_budget(config: HedgeConfig, budget: B) -> Result<Self, ConfigError> {
         let () = Self::HAS_TARGETS;
         config.validate()?;
-        let mapping = CubicMapping::new(config.relative_accuracy)
+        let mapping = M::from_relative_accuracy(config.relative_accuracy)
             .map_err(|_| ConfigError::RelativeAccuracy(config.relative_accuracy))?;
         Ok(Self {
             config,
@@ -296,7 +305,9 @@ impl<B: HedgeBudget, const T: usize> SharedHedger<B, T> {
     }
 }
 
-impl<B: HedgeBudget, const T: usize> Core<usize> for &SharedHedger<B, T> {
+impl<B: HedgeBudget, const T: usize, M: IndexMapping + FromRelativeAccuracy> Core<usize>
+    for &SharedHedger<B, T, M>
+{
     #[inline]
     fn config(&self) -> &HedgeConfig {
         &self.config

@@ -10,7 +10,8 @@
 //! waits for anyone.
 //!
 //! # Keys
-//! The range is the [`BUCKETS`] keys of the cubic mapping ending at the key
+//! The range is the [`BUCKETS`] keys of the hedger's mapping (cubic by
+//! default) ending at the key
 //! of the largest sample the hedger accepts
 //! ([`max_sample_ns`](crate::hedge::HedgeConfig::max_sample_ns)): 10 min
 //! down to about 0.75 µs at the defaults. Keys below the range collapse
@@ -52,7 +53,7 @@
 
 use crate::mapping::{CubicMapping, IndexMapping};
 use crate::sync::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
-use crate::window::survival::{self, Pair, Side};
+use crate::window::survival::{self, Level, Pair, Side};
 use crate::window::{Rotation, REFRESH_SHARE};
 
 /// Buckets per side: 1 µs (0.75 µs) to 10 min at α = 1 %, like the
@@ -68,23 +69,19 @@ const LAST: i64 = BUCKETS as i64 - 1;
 
 /// What every window of one hedger shares: how to key and when to rotate.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct Params {
-    pub(crate) mapping: CubicMapping,
+pub(crate) struct Params<M: IndexMapping = CubicMapping> {
+    pub(crate) mapping: M,
     /// The key of the first bucket.
     pub(crate) low: i32,
     pub(crate) rotation: Rotation,
-    pub(crate) quantile: f64,
+    pub(crate) quantile: Level,
 }
 
-impl Params {
-    /// Keys for samples up to `max_sample_ns`.
-    pub(crate) fn new(
-        mapping: CubicMapping,
-        max_sample_ns: u64,
-        rotation: Rotation,
-        quantile: f64,
-    ) -> Self {
-        let top = mapping.index(max_sample_ns as f64);
+impl<M: IndexMapping> Params<M> {
+    /// Keys for samples up to `max_sample_ns` (validated nonzero; every
+    /// `u64` is indexable by the crate's mappings).
+    pub(crate) fn new(mapping: M, max_sample_ns: u64, rotation: Rotation, quantile: f64) -> Self {
+        let top = mapping.index_u64(max_sample_ns).unwrap_or(0);
         Self {
             mapping,
             // 1023 below an `i32`: no wrap in `i64`, and back in range.
@@ -93,14 +90,15 @@ impl Params {
                 period_ns: rotation.period_ns.max(1),
                 ..rotation
             },
-            quantile,
+            // Validated with the configuration; 0 if not.
+            quantile: Level::new(quantile).unwrap_or(Level::ZERO),
         }
     }
 
-    /// The bucket of `value` (≥ the smallest indexable value).
+    /// The bucket of key `key`.
     #[inline]
-    fn slot(&self, value: f64) -> usize {
-        let offset = i64::from(self.mapping.index(value)).saturating_sub(i64::from(self.low));
+    fn slot(&self, key: i32) -> usize {
+        let offset = i64::from(key).saturating_sub(i64::from(self.low));
         // Clamped into 0..BUCKETS: the cast is exact.
         offset.clamp(0, LAST) as usize
     }
@@ -138,12 +136,11 @@ impl AtomicSide {
 
     /// Adds one sample; `false` if its bucket is full.
     #[inline]
-    fn add(&self, p: &Params, value: u64, extremes: bool) -> bool {
-        let v = value as f64;
-        if v < p.mapping.min_indexable_value() {
-            self.zero.fetch_add(1, Ordering::Relaxed);
-        } else {
-            let slot = p.slot(v);
+    fn add<M: IndexMapping>(&self, p: &Params<M>, value: u64, extremes: bool) -> bool {
+        // Integer keys (`index_u64`): 0, the only `u64` too small to
+        // index, goes to the zero bucket.
+        if let Some(key) = p.mapping.index_u64(value) {
+            let slot = p.slot(key);
             if let Some(bucket) = self.buckets.get(slot) {
                 if bucket.fetch_add(1, Ordering::Relaxed) >= BUCKET_LIMIT {
                     bucket.fetch_sub(1, Ordering::Relaxed);
@@ -157,6 +154,8 @@ impl AtomicSide {
             if slot > self.hi.load(Ordering::Relaxed) {
                 self.hi.fetch_max(slot, Ordering::Relaxed);
             }
+        } else {
+            self.zero.fetch_add(1, Ordering::Relaxed);
         }
         // Cannot overflow: 2⁶⁴ samples at 10⁹ a second take 584 years.
         self.count.fetch_add(1, Ordering::Relaxed);
@@ -201,12 +200,12 @@ impl AtomicSide {
 }
 
 /// A side as the estimator reads it.
-struct View<'a> {
+struct View<'a, M: IndexMapping> {
     side: &'a AtomicSide,
-    params: &'a Params,
+    params: &'a Params<M>,
 }
 
-impl Side for View<'_> {
+impl<M: IndexMapping> Side for View<'_, M> {
     fn count(&self) -> u64 {
         self.side.count()
     }
@@ -215,20 +214,12 @@ impl Side for View<'_> {
         self.side.zero.load(Ordering::Relaxed)
     }
 
-    fn min(&self) -> Option<f64> {
+    fn extremes(&self) -> Option<(u64, u64)> {
         let (min, max) = (
             self.side.min.load(Ordering::Relaxed),
             self.side.max.load(Ordering::Relaxed),
         );
-        (min <= max).then_some(min as f64)
-    }
-
-    fn max(&self) -> Option<f64> {
-        let (min, max) = (
-            self.side.min.load(Ordering::Relaxed),
-            self.side.max.load(Ordering::Relaxed),
-        );
-        (min <= max).then_some(max as f64)
+        (min <= max).then_some((min, max))
     }
 
     fn bins(&self) -> impl Iterator<Item = (i32, u32)> + '_ {
@@ -248,8 +239,8 @@ impl Side for View<'_> {
         })
     }
 
-    fn value(&self, key: i32) -> f64 {
-        self.params.mapping.value(key)
+    fn value_u64(&self, key: i32) -> u64 {
+        self.params.mapping.value_u64(key)
     }
 }
 
@@ -362,7 +353,13 @@ impl AtomicWindow {
     /// Records one sample of `elapsed` ns at `now`, exact or censored;
     /// `false` if its bucket is full.
     #[inline]
-    pub(crate) fn record(&self, p: &Params, now: u64, elapsed: u64, exact: bool) -> bool {
+    pub(crate) fn record<M: IndexMapping>(
+        &self,
+        p: &Params<M>,
+        now: u64,
+        elapsed: u64,
+        exact: bool,
+    ) -> bool {
         self.advance(p, now);
         let (current, _) = self.halves();
         let side = if exact {
@@ -393,7 +390,7 @@ impl AtomicWindow {
 
     /// Brings the window to `now`, as `LatencyWindow::advance` does.
     #[inline]
-    fn advance(&self, p: &Params, now: u64) {
+    fn advance<M: IndexMapping>(&self, p: &Params<M>, now: u64) {
         let generation = self.generation.load(Ordering::Acquire);
         if !self.started.load(Ordering::Acquire) {
             self.try_locked(|| {
@@ -461,7 +458,7 @@ impl AtomicWindow {
     }
 
     /// Under the flag: the previous half is cleared, then made current.
-    fn rotate(&self, p: &Params, now: u64) {
+    fn rotate<M: IndexMapping>(&self, p: &Params<M>, now: u64) {
         let old = self.current.load(Ordering::Relaxed) & 1;
         if let Some(next) = self.halves.get(old ^ 1) {
             next.clear();
@@ -474,7 +471,7 @@ impl AtomicWindow {
     }
 
     /// Under the flag: recomputes the cached quantile.
-    fn refresh(&self, p: &Params) {
+    fn refresh<M: IndexMapping>(&self, p: &Params<M>) {
         let (current, previous) = self.halves();
         let view = |side| View { side, params: p };
         let (ce, cc) = (view(&current.exact), view(&current.censored));
@@ -490,10 +487,10 @@ impl AtomicWindow {
                     censored: &pc,
                 },
             ],
-            p.quantile,
+            &p.quantile,
         );
-        // `as` rounds down and saturates; +1 keeps 0 for "none".
-        let encoded = q.map_or(0, |v| (v as u64).saturating_add(1));
+        // +1 keeps 0 for "none".
+        let encoded = q.map_or(0, |v| v.saturating_add(1));
         self.cached.store(encoded, Ordering::Relaxed);
         self.refreshed_at.store(self.count(), Ordering::Relaxed);
     }
@@ -522,7 +519,7 @@ impl AtomicWindow {
 
     /// Whether the window would be emptied at `now`.
     #[inline]
-    pub(crate) fn is_idle_at(&self, p: &Params, now: u64) -> bool {
+    pub(crate) fn is_idle_at<M: IndexMapping>(&self, p: &Params<M>, now: u64) -> bool {
         if !self.started.load(Ordering::Acquire) {
             return false;
         }
@@ -572,10 +569,11 @@ mod tests {
     #[test]
     fn the_range_ends_at_max_sample_and_collapses_below() {
         let p = params(HedgeConfig::DEFAULT);
-        assert_eq!(p.slot(600e9), BUCKETS - 1);
+        let slot = |ns: u64| p.slot(p.mapping.index_u64(ns).unwrap());
+        assert_eq!(slot(600_000_000_000), BUCKETS - 1);
         // 1 µs is inside the range at the defaults; 1 ns collapses.
-        assert!(p.slot(1_000.0) > 0);
-        assert_eq!(p.slot(1.0), 0);
+        assert!(slot(1_000) > 0);
+        assert_eq!(slot(1), 0);
         let w = AtomicWindow::new();
         for v in [0, 1, 1_000, 600_000_000_000] {
             assert!(w.record(&p, 0, v, true));

@@ -1,0 +1,90 @@
+//! Instructions per request on a warm `Hedger`'s common path, for
+//! callgrind: `start` then `on_commit` (and, with `hedged`, one request in
+//! ten hedged on its timer, the hedge winning and the primary recorded as
+//! censored, so refreshes run Kaplan–Meier's product).
+//!
+//! ```text
+//! cargo build --release --example hedge_cost
+//! for n in 10000 20000; do
+//!   valgrind --tool=callgrind --callgrind-out-file=/tmp/hc.$n \
+//!       target/release/examples/hedge_cost cubic plain $n
+//! done
+//! ```
+//!
+//! The difference of the two runs' totals over 10 000 is the cost of one
+//! request (warm-up, allocation and process start cancel out); or read
+//! `hedge_cost::run`'s inclusive count (`callgrind_annotate --inclusive=yes`)
+//! to leave the input generation out. Mappings: `cubic` (the default),
+//! `log-linear` (`LogLinearMapping`, α = 1 %, 2 048 buckets so that its
+//! span matches the default's) and `log-linear-2` (α = 2 %, 1 024).
+
+use rand::SeedableRng;
+use rand_distr::{Distribution, LogNormal};
+use std::hint::black_box;
+use tailguard::hedge::{Attempt, HedgeConfig, Hedger, Idempotency, TimerAction};
+use tailguard::store::CollapsingLowestStore;
+use tailguard::{Budget, IndexMapping, LogLinearMapping};
+
+const WARM: usize = 5_000;
+
+#[inline(never)]
+fn run<M: IndexMapping, S: tailguard::store::Store>(
+    h: &mut Hedger<(), Budget, 1, S, M>,
+    latencies: &[u64],
+    hedged: bool,
+) -> u64 {
+    let mut now = 1_000_000_000u64;
+    let mut sum = 0u64;
+    for (i, &lat) in latencies.iter().enumerate() {
+        let mut req = h.start((), black_box(now), Idempotency::Idempotent);
+        let mut winner = Attempt::PRIMARY;
+        let mut end = now + lat;
+        if hedged && i % 10 == 0 {
+            if let Some(t) = req.next_timer() {
+                if let TimerAction::SendHedge(a) = h.on_timer(&mut req, black_box(t)) {
+                    winner = a;
+                    end = t + lat / 2;
+                }
+            }
+        }
+        let _ = black_box(h.on_commit(&mut req, winner, black_box(end)));
+        sum = sum.wrapping_add(h.stats().current_delay_ns.unwrap_or(0));
+        now += 100_000;
+    }
+    sum
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args: Vec<String> = std::env::args().collect();
+    let mapping = args.get(1).map_or("cubic", String::as_str);
+    let hedged = args.get(2).is_some_and(|m| m == "hedged");
+    let n: usize = args.get(3).map_or(Ok(10_000), |s| s.parse())?;
+    let mut rng = rand::rngs::StdRng::seed_from_u64(0x5eed);
+    let dist = LogNormal::new(5e6f64.ln(), 0.5)?;
+    let data: Vec<u64> = (0..WARM + n)
+        .map(|_| dist.sample(&mut rng) as u64)
+        .collect();
+    let config = HedgeConfig::DEFAULT;
+    let sum = match mapping {
+        "cubic" => {
+            let mut h: Hedger = Hedger::new(config)?;
+            run(&mut h, &data, hedged)
+        }
+        "log-linear" => {
+            let mut h: Hedger<(), Budget, 1, CollapsingLowestStore<2048>, LogLinearMapping> =
+                Hedger::with_budget(config, Budget::default())?;
+            run(&mut h, &data, hedged)
+        }
+        "log-linear-2" => {
+            // α = 2 %: 32 buckets a power of two, the default 1 024 span
+            // 1 µs to an hour.
+            let config = config.relative_accuracy(0.02);
+            let mut h: Hedger<(), Budget, 1, CollapsingLowestStore<1024>, LogLinearMapping> =
+                Hedger::with_budget(config, Budget::default())?;
+            run(&mut h, &data, hedged)
+        }
+        other => return Err(format!("unknown mapping {other}").into()),
+    };
+    println!("{mapping} {} requests: checksum {sum}", data.len());
+    Ok(())
+}
