@@ -1,13 +1,21 @@
-//! Hedging from an async runtime: attempts are tokio tasks, the loser is
-//! aborted, the timer is `sleep_until`. The hedger sits behind a mutex that
-//! each event holds for nanoseconds, never across an `.await`.
-//! Run: `cargo run --example tokio_race`
+//! Hedging from an async runtime, by hand: attempts are tokio tasks, the
+//! loser is aborted, the timer is `sleep_until`. One `SharedHedger` serves
+//! every task on every worker thread with no mutex, and each call holds a
+//! `RequestGuard`, so a call dropped midway (a caller's timeout, a
+//! `select!` that lost) gives its request up on the spot. (For a
+//! `tower::Service`, the `tower` feature's `HedgeLayer` does all of this.)
+//!
+//! Run: `cargo run --features std --example tokio_race`
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
-use tailguard::hedge::{Attempt, CommitOutcome, HedgeConfig, Hedger, Idempotency, TimerAction};
+use tailguard::clock::{Clock, MonotonicClock};
+use tailguard::guard::RequestGuard;
+use tailguard::hedge::{
+    Attempt, CommitOutcome, HedgeConfig, Idempotency, SharedHedger, TimerAction,
+};
 use tokio::task::JoinSet;
-use tokio::time::{sleep, sleep_until, Instant};
+use tokio::time::{sleep, sleep_until, timeout, Instant};
 
 /// The backend: 3-5 ms, but one attempt in eight straggles for 80 ms.
 async fn backend(request: u64, attempt: Attempt) -> String {
@@ -21,34 +29,28 @@ async fn backend(request: u64, attempt: Attempt) -> String {
     format!("answer to {request} from {attempt:?}")
 }
 
-/// One hedged call: races attempts until one answers. If this future is
-/// dropped midway (a caller's timeout, a `select!` that lost), `request` is
-/// dropped with it: safe, its hedge stops counting against the in-flight cap
-/// within the lease; `Hedger::abandon` would release it at once.
-async fn hedged_call(hedger: &Mutex<Hedger>, epoch: Instant, id: u64) -> String {
-    let now = || epoch.elapsed().as_nanos() as u64;
-    // The timer to arm is always `next_timer()`; `request.plan()` only informs.
-    let mut request = hedger
-        .lock()
-        .unwrap()
-        .start((), now(), Idempotency::Idempotent);
+/// One hedged call: races attempts until one answers. Dropping this future
+/// drops `request`, which gives the request up in the hedger (its hedges
+/// leave the in-flight count, its attempts are recorded as censored) and
+/// `attempts`, which aborts the tasks.
+async fn hedged_call(hedger: &Arc<SharedHedger>, clock: MonotonicClock, id: u64) -> String {
+    let mut request = RequestGuard::start(Arc::clone(hedger), clock, 0, Idempotency::Idempotent);
     let mut attempts = JoinSet::new();
     attempts.spawn(async move { (Attempt::PRIMARY, backend(id, Attempt::PRIMARY).await) });
     loop {
+        // The timer to arm is always `next_timer()`; `plan()` only informs.
         let timer = request
             .next_timer()
-            .map(|at| epoch + Duration::from_nanos(at));
+            .map(|at| Instant::from_std(clock.origin() + Duration::from_nanos(at)));
         tokio::select! {
             Some(Ok((attempt, answer))) = attempts.join_next() => {
-                let outcome = hedger.lock().unwrap().on_commit(&mut request, attempt, now());
-                if let CommitOutcome::Won { .. } = outcome {
+                if let CommitOutcome::Won { .. } = request.on_commit(attempt) {
                     attempts.abort_all(); // cancel the losers
                     return answer;
                 }
             }
             _ = sleep_until(timer.unwrap_or_else(|| Instant::now() + Duration::from_secs(3600))), if timer.is_some() => {
-                let action = hedger.lock().unwrap().on_timer(&mut request, now());
-                if let TimerAction::SendHedge(hedge) = action {
+                if let TimerAction::SendHedge(hedge) = request.on_timer() {
                     attempts.spawn(async move { (hedge, backend(id, hedge).await) });
                 }
             }
@@ -56,15 +58,13 @@ async fn hedged_call(hedger: &Mutex<Hedger>, epoch: Instant, id: u64) -> String 
     }
 }
 
-#[tokio::main(flavor = "current_thread")]
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let config = HedgeConfig::DEFAULT
         .min_samples(10)
         .prior_delay_ns(20_000_000);
-    let hedger = Arc::new(Mutex::new(
-        Hedger::new(config).expect("valid configuration"),
-    ));
-    let epoch = Instant::now();
+    let hedger = Arc::new(SharedHedger::new(config).expect("valid configuration"));
+    let clock = MonotonicClock::new(); // one clock for every request of `hedger`
     let mut clients = JoinSet::new();
     for worker in 0..4u64 {
         let hedger = Arc::clone(&hedger);
@@ -72,7 +72,7 @@ async fn main() {
             let mut slowest = Duration::ZERO;
             for i in 0..25 {
                 let started = Instant::now();
-                let _answer = hedged_call(&hedger, epoch, worker * 100 + i).await;
+                let _answer = hedged_call(&hedger, clock, worker * 100 + i).await;
                 slowest = slowest.max(started.elapsed());
             }
             slowest
@@ -82,11 +82,29 @@ async fn main() {
     while let Some(Ok(s)) = clients.join_next().await {
         slowest = slowest.max(s);
     }
-    let s = hedger.lock().unwrap().stats();
+    // A caller that gives up after 1 ms drops the call midway: the guard
+    // gives the request up, and no hedge stays counted in flight.
+    let cut_short = timeout(Duration::from_millis(1), hedged_call(&hedger, clock, 7)).await;
+    let now = clock.now_ns();
+    let s = hedger.stats();
     println!(
         "{} requests, {} hedges ({} won), {} denied by the budget, {} in cold start;\n\
          slowest call {:?} (a straggler alone takes 80 ms: the early ones ran before\n\
-         the budget, a share of the traffic, had earned a token)",
-        s.requests, s.hedges_sent, s.hedge_wins, s.budget_denials, s.cold_starts, slowest
+         the budget, a share of the traffic, had earned a token);\n\
+         a call cut short by its caller's 1 ms timeout ({}): given up {} time(s), \
+         {} hedge(s) still counted in flight",
+        s.requests,
+        s.hedges_sent,
+        s.hedge_wins,
+        s.budget_denials,
+        s.cold_starts,
+        slowest,
+        if cut_short.is_err() {
+            "timed out"
+        } else {
+            "answered"
+        },
+        s.gave_up,
+        hedger.hedges_in_flight(now),
     );
 }
