@@ -14,7 +14,12 @@
 //! * [`budget`]: lock-free token budgets that cap hedges to a share of
 //!   traffic;
 //! * [`hedge::Hedger`]: the per-request state machine — when to hedge,
-//!   whether one may, who won, whom to cancel.
+//!   whether one may, who won, whom to cancel — and
+//!   [`hedge::SharedHedger`], the same machine on `&self` for every thread
+//!   of a runtime, lock-free;
+//! * with `std`, `guard::RequestGuard`, a request that gives itself up when
+//!   dropped; with `tower`, `tower::HedgeLayer`, hedging for any
+//!   `tower::Service` on tokio timers.
 //!
 //! The crate never reads a clock, never allocates and never blocks: every
 //! call that needs time takes the caller's monotonic nanoseconds.
@@ -65,9 +70,10 @@
 //!   samples saturates (reported by [`DDSketch::saturated`]).
 //! * On 32-bit targets 64-bit atomics are emulated by `portable-atomic`
 //!   with a lock; see [`budget`].
-//! * A [`hedge::Hedger`] takes `&mut self` for events: share it with a
-//!   mutex, or give each thread its own and share the budget (see
-//!   [`hedge`]'s *Concurrency*).
+//! * A [`hedge::Hedger`] takes `&mut self` for events; share a
+//!   [`hedge::SharedHedger`] instead (targets are then indexes `0..T`), or
+//!   give each thread its own and share the budget (see [`hedge`]'s
+//!   *Concurrency*).
 //! * The crate cannot know whether a request is idempotent: the caller says
 //!   so on every [`hedge::Hedger::start`].
 #![no_std]
