@@ -253,7 +253,7 @@ async fn run(args: Args) -> ExitCode {
         "[http_hedge] done in {:.1} s (wall clock)",
         run_started.elapsed().as_secs_f64()
     );
-    report::print(&rows);
+    report::print(&rows, model.mean_ms());
     if args.check {
         return check(&rows);
     }

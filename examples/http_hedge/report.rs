@@ -49,8 +49,9 @@ fn pct(x: f64) -> String {
     format!("{:.1} %", 100.0 * x)
 }
 
-/// The table and its notes, to stdout.
-pub fn print(rows: &[Row]) {
+/// The table and its notes, to stdout; `model_mean_ms` is the latency
+/// model's mean service time of an attempt, to compare with the servers'.
+pub fn print(rows: &[Row], model_mean_ms: f64) {
     println!("| strategy | p50 | p90 | p95 | p99 | p99.9 | extra load | backend work |");
     println!("|---|---|---|---|---|---|---|---|");
     let Some(base) = rows.first() else { return };
@@ -91,8 +92,11 @@ pub fn print(rows: &[Row]) {
             format!(", {} FAILED", r.errors)
         };
         println!(
-            "- {}: {} requests at {:.0} requests/s{errors}",
-            r.name, r.requests, r.rps
+            "- {}: {} requests at {:.0} requests/s, servers busy {:.2} ms an attempt (the model's mean: {model_mean_ms:.2} ms){errors}",
+            r.name,
+            r.requests,
+            r.rps,
+            r.work_ms / (1.0 + r.extra_load)
         );
     }
     println!();

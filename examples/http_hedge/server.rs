@@ -44,6 +44,11 @@ impl Model {
         slow_factor: 10.0,
     };
 
+    /// The mean service time of an attempt, ms (no pauses).
+    pub fn mean_ms(&self) -> f64 {
+        self.mean_ms * (1.0 + self.slow_prob * (self.slow_factor - 1.0))
+    }
+
     /// The lognormal's parameters (of the underlying normal), as the
     /// simulation derives them from the mean and standard deviation.
     fn lognormal(&self) -> LogNormal<f64> {
