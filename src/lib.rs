@@ -91,11 +91,17 @@
 extern crate std;
 
 pub mod budget;
+#[cfg(feature = "std")]
+pub mod clock;
+#[cfg(feature = "std")]
+pub mod guard;
 pub mod hedge;
 pub mod mapping;
 mod sketch;
 pub mod store;
 mod sync;
+#[cfg(feature = "tower")]
+pub mod tower;
 pub mod window;
 pub mod wire;
 

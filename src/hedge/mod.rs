@@ -101,14 +101,18 @@
 //! # Concurrency
 //! A `Hedger` is a plain value: events take `&mut self` (they record
 //! samples and rotate windows), reads take `&self`. It is `Send`, and `Sync`
-//! when its budget is. Two ways to use it from many threads:
+//! when its budget is. Three ways to use the machine from many threads:
+//! * [`SharedHedger`]: one hedger for every thread, all events on `&self`
+//!   (atomic bucket counters, an atomic in-flight count, striped counters,
+//!   rotation by whichever thread wins a try-lock) — for work-stealing
+//!   runtimes. Targets are indexes `0..T`; see [`shared`];
 //! * one `Hedger` per worker thread (thread-per-core runtimes, shards),
 //!   sharing one budget by reference — `HedgeBudget` is implemented for
 //!   `&B`, and budgets are lock-free — so the hedge cap holds for the
 //!   process while no lock is taken anywhere;
-//! * one `Hedger` behind the caller's mutex, for work-stealing runtimes:
-//!   each event holds it for the tens of nanoseconds the machine needs
-//!   (see the benchmarks), never across I/O.
+//! * one `Hedger` behind the caller's mutex: each event holds it for the
+//!   tens of nanoseconds the machine needs (see the benchmarks), never
+//!   across I/O; `SharedHedger` is faster under contention.
 //!
 //! # State machine
 //! Per request (see [`Request`]): `Racing` until the first commit
@@ -139,7 +143,9 @@
 
 mod config;
 mod in_flight;
+mod machine;
 mod request;
+pub mod shared;
 mod stats;
 mod table;
 
@@ -148,6 +154,7 @@ pub use request::{
     Attempt, AttemptSet, CommitOutcome, DelaySource, Failure, FailureOutcome, Idempotency, NoHedge,
     Plan, Request, TimerAction,
 };
+pub use shared::SharedHedger;
 pub use stats::HedgeStats;
 
 use crate::budget::{Budget, HedgeBudget};
@@ -155,20 +162,9 @@ use crate::store::{CollapsingLowestStore, Store};
 use crate::window::LatencyWindow;
 use crate::CubicMapping;
 use in_flight::InFlight;
-use request::Phase;
+use machine::{Core, Stat};
 use stats::bump;
 use table::{Table, Target};
-
-/// What kind of extra attempt to send.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Extra {
-    /// Raced against attempts still in flight: counts against
-    /// `max_hedges`, the in-flight cap and the budget.
-    Hedge,
-    /// Replaces a failed attempt when none is left in flight: counts
-    /// against `max_retries` only (it adds no concurrent load).
-    Retry,
-}
 
 /// Where the budget lives.
 #[derive(Debug)]
@@ -256,8 +252,6 @@ impl<K: PartialEq + Copy, B: HedgeBudget, const T: usize, S: Store> Hedger<K, B,
     /// [`Request::plan`] says what was decided and why.
     pub fn start(&mut self, target: K, now: u64, idempotency: Idempotency) -> Request<K> {
         bump(&mut self.stats.requests);
-        let mut request = Request::new(target, now);
-        request.give_up_at = self.config.deadline_ns.map(|d| now.saturating_add(d));
         let (index, new) = self.entry_inserted(target, now);
         // One look at the entry: note the request, deposit, read the delay.
         let own = match self.table.get_mut(index) {
@@ -279,43 +273,13 @@ impl<K: PartialEq + Copy, B: HedgeBudget, const T: usize, S: Store> Hedger<K, B,
             Some(d) => Some((d, DelaySource::Target)),
             None => self.fallback_delay(now),
         };
-        match delay {
-            Some((_, DelaySource::Target)) => {}
-            Some((_, DelaySource::Aggregate)) => bump(&mut self.stats.aggregate_delays),
-            Some((_, DelaySource::Prior)) | None => bump(&mut self.stats.cold_starts),
-        }
-        request.plan = if idempotency == Idempotency::NotIdempotent {
-            bump(&mut self.stats.not_idempotent);
-            Plan::NoHedge(NoHedge::NotIdempotent)
-        } else if self.config.max_hedges == 0 {
-            // Retries of retryable failures are still allowed.
-            request.hedgeable = true;
-            Plan::NoHedge(NoHedge::Disabled)
-        } else {
-            request.hedgeable = true;
-            match delay {
-                Some((delay_ns, source)) => {
-                    request.delay_ns = Some(delay_ns);
-                    request.next_hedge_at = Some(now.saturating_add(delay_ns));
-                    self.stats.current_delay_ns = Some(delay_ns);
-                    Plan::Hedge { delay_ns, source }
-                }
-                None => Plan::NoHedge(NoHedge::ColdStart),
-            }
-        };
-        request
+        machine::start(self, target, now, idempotency, delay)
     }
 
     /// What [`start`](Self::start) would decide for an idempotent request to
     /// `target` at `now`, without starting one. Changes nothing.
     pub fn plan(&self, target: &K, now: u64) -> Plan {
-        if self.config.max_hedges == 0 {
-            return Plan::NoHedge(NoHedge::Disabled);
-        }
-        match self.delay_at(self.table.find(target), now) {
-            Some((delay_ns, source)) => Plan::Hedge { delay_ns, source },
-            None => Plan::NoHedge(NoHedge::ColdStart),
-        }
+        machine::plan(&self.config, self.delay_at(self.table.find(target), now))
     }
 
     /// The hedge delay a request to `target` would get at `now` (from its
@@ -381,120 +345,10 @@ impl<K: PartialEq + Copy, B: HedgeBudget, const T: usize, S: Store> Hedger<K, B,
 
     /// The caller's timer for `request` fired at `now`.
     pub fn on_timer(&mut self, request: &mut Request<K>, now: u64) -> TimerAction {
-        if request.phase != Phase::Racing {
-            return TimerAction::Skip(NoHedge::Finished);
-        }
-        if request.give_up_at.is_some_and(|g| now >= g) {
-            let cancel = self.give_up(request, now);
-            return TimerAction::GiveUp { cancel };
-        }
-        let Some(due) = request.next_hedge_at else {
-            return match request.give_up_at {
-                Some(until) => TimerAction::Wait { until },
-                None => TimerAction::Skip(NoHedge::AttemptsExhausted),
-            };
-        };
-        if now < due {
-            let until = request.give_up_at.map_or(due, |g| g.min(due));
-            return TimerAction::Wait { until };
-        }
-        match self.send_next(request, now, Extra::Hedge) {
-            Ok(attempt) => TimerAction::SendHedge(attempt),
-            Err(NoHedge::InFlightLimit) => {
-                // Look again one delay later (at least 1 ns, so a zero delay
-                // cannot spin): a slot may have freed up.
-                let delay = request.delay_ns.unwrap_or(0).max(1);
-                request.next_hedge_at = Some(now.saturating_add(delay));
-                TimerAction::Skip(NoHedge::InFlightLimit)
-            }
-            Err(reason) => {
-                request.next_hedge_at = None;
-                TimerAction::Skip(reason)
-            }
-        }
-    }
-
-    /// Sends the next attempt of `request` at `now`, as a hedge (raced
-    /// against those in flight: hedges left, in-flight cap and budget
-    /// permitting) or as a retry (nothing left in flight: retries left
-    /// permitting), and schedules the next hedge one delay later.
-    fn send_next(
-        &mut self,
-        request: &mut Request<K>,
-        now: u64,
-        kind: Extra,
-    ) -> Result<Attempt, NoHedge> {
-        if !request.hedgeable {
-            return Err(match request.plan {
-                Plan::NoHedge(reason) => reason,
-                Plan::Hedge { .. } => NoHedge::Disabled,
-            });
-        }
-        if usize::from(request.sent) >= request::MAX_ATTEMPTS {
-            return Err(NoHedge::AttemptsExhausted);
-        }
-        match kind {
-            Extra::Hedge => {
-                if request.hedges >= self.config.max_hedges {
-                    return Err(NoHedge::AttemptsExhausted);
-                }
-                if self
-                    .config
-                    .max_hedges_in_flight
-                    .is_some_and(|cap| self.in_flight.count(now) >= cap)
-                {
-                    bump(&mut self.stats.in_flight_limited);
-                    return Err(NoHedge::InFlightLimit);
-                }
-                if !self.acquire(request.target(), now) {
-                    bump(&mut self.stats.budget_denials);
-                    return Err(NoHedge::BudgetDenied);
-                }
-            }
-            Extra::Retry => {
-                if request.retries >= self.config.max_retries {
-                    return Err(NoHedge::AttemptsExhausted);
-                }
-            }
-        }
-        let attempt = Attempt(request.sent);
-        if let Some(slot) = request.sent_at.get_mut(attempt.index()) {
-            *slot = now;
-        }
-        request.sent = request.sent.saturating_add(1);
-        match kind {
-            Extra::Hedge => {
-                request.hedges = request.hedges.saturating_add(1);
-                request.hedge_attempts = request.hedge_attempts.with(attempt);
-                request.leased = request.leased.with(attempt);
-                self.in_flight.acquire(now);
-                bump(&mut self.stats.hedges_sent);
-            }
-            Extra::Retry => {
-                request.retries = request.retries.saturating_add(1);
-                bump(&mut self.stats.retries_released);
-            }
-        }
-        request.next_hedge_at = match request.delay_ns {
-            Some(d) if request.hedges < self.config.max_hedges => Some(now.saturating_add(d)),
-            _ => None,
-        };
-        Ok(attempt)
+        machine::on_timer(self, request, now)
     }
 
     /// Takes a hedge token for a request to `target` at `now`.
-    fn acquire(&mut self, target: K, now: u64) -> bool {
-        if let BudgetScope::Shared(b) = &self.budget {
-            return b.try_acquire(now);
-        }
-        // Per target: an evicted target re-enters with a drained budget.
-        let index = self.entry(target, now);
-        self.table
-            .get(index)
-            .and_then(|t| t.budget.as_ref())
-            .is_some_and(|b| b.try_acquire(now))
-    }
-
     /// `attempt` of `request` gave its commit signal at `now`.
     pub fn on_commit(
         &mut self,
@@ -502,103 +356,7 @@ impl<K: PartialEq + Copy, B: HedgeBudget, const T: usize, S: Store> Hedger<K, B,
         attempt: Attempt,
         now: u64,
     ) -> CommitOutcome {
-        if attempt.0 >= request.sent {
-            return CommitOutcome::Unknown;
-        }
-        if request.phase != Phase::Racing {
-            return CommitOutcome::Late;
-        }
-        if request.failed.contains(attempt) {
-            return CommitOutcome::Unknown;
-        }
-        let racing = request.in_flight();
-        self.record(request, racing, Some(attempt), now);
-        self.release(request, racing);
-        request.phase = Phase::Won(attempt);
-        request.next_hedge_at = None;
-        if attempt.is_primary() {
-            bump(&mut self.stats.primary_wins);
-        } else {
-            bump(&mut self.stats.hedge_wins);
-        }
-        CommitOutcome::Won {
-            winner: attempt,
-            cancel: racing.without(attempt),
-        }
-    }
-
-    /// Records the elapsed time of every attempt in `attempts` at `now`:
-    /// the winner's as an exact sample, the others' as censored ones, each
-    /// under the target the attempt went to and in the aggregate.
-    fn record(
-        &mut self,
-        request: &Request<K>,
-        attempts: AttemptSet,
-        winner: Option<Attempt>,
-        now: u64,
-    ) {
-        for a in attempts.iter() {
-            let Some(elapsed) = request.sent_at(a).and_then(|sent| now.checked_sub(sent)) else {
-                bump(&mut self.stats.clock_anomalies);
-                continue;
-            };
-            if elapsed > self.config.max_sample_ns {
-                bump(&mut self.stats.samples_refused);
-                continue;
-            }
-            let exact = winner == Some(a);
-            let target = request.target_of(a).unwrap_or(request.target());
-            let index = self.entry(target, now);
-            let recorded = self.table.get_mut(index).is_some_and(|t| {
-                let w = &mut t.window;
-                if exact {
-                    w.record(now, elapsed)
-                } else {
-                    w.record_censored(now, elapsed)
-                }
-                .is_ok()
-            });
-            if T > 1 {
-                let w = &mut self.aggregate;
-                let _ = if exact {
-                    w.record(now, elapsed)
-                } else {
-                    w.record_censored(now, elapsed)
-                };
-            }
-            if recorded {
-                bump(if exact {
-                    &mut self.stats.samples
-                } else {
-                    &mut self.stats.censored_samples
-                });
-            } else {
-                bump(&mut self.stats.samples_refused);
-            }
-        }
-    }
-
-    /// Forgets the hedges among `attempts` in the in-flight count.
-    fn release(&mut self, request: &mut Request<K>, attempts: AttemptSet) {
-        let leased = request.leased;
-        for a in attempts.iter().filter(|&a| leased.contains(a)) {
-            request.leased = request.leased.without(a);
-            if let Some(sent) = request.sent_at(a) {
-                self.in_flight.release(sent);
-            }
-        }
-    }
-
-    /// Ends `request` at `now`: the attempts in flight are recorded as
-    /// censored and returned, to cancel.
-    fn give_up(&mut self, request: &mut Request<K>, now: u64) -> AttemptSet {
-        let cancel = request.in_flight();
-        self.record(request, cancel, None, now);
-        self.release(request, cancel);
-        request.phase = Phase::GaveUp;
-        request.next_hedge_at = None;
-        bump(&mut self.stats.gave_up);
-        cancel
+        machine::on_commit(self, request, attempt, now)
     }
 
     /// `attempt` of `request` failed (an error, not slowness) at `now`.
@@ -614,49 +372,7 @@ impl<K: PartialEq + Copy, B: HedgeBudget, const T: usize, S: Store> Hedger<K, B,
         now: u64,
         failure: Failure,
     ) -> FailureOutcome {
-        if attempt.0 >= request.sent
-            || request.phase != Phase::Racing
-            || request.failed.contains(attempt)
-        {
-            return FailureOutcome::Ignored;
-        }
-        request.failed = request.failed.with(attempt);
-        self.release(request, AttemptSet::EMPTY.with(attempt));
-        if request.hedge_attempts.contains(attempt) {
-            // A failed hedge frees its place: the request may race another.
-            request.hedges = request.hedges.saturating_sub(1);
-        }
-        let past_deadline = request.give_up_at.is_some_and(|g| now >= g);
-        if failure == Failure::Fatal || past_deadline {
-            return FailureOutcome::GiveUp {
-                cancel: self.give_up(request, now),
-            };
-        }
-        // Retryable: race a fresh attempt now rather than wait for the
-        // delay — a hedge if others are still in flight, a retry if not.
-        let racing = !request.in_flight().is_empty();
-        let kind = if racing { Extra::Hedge } else { Extra::Retry };
-        match self.send_next(request, now, kind) {
-            Ok(next) => FailureOutcome::SendNow(next),
-            Err(reason) if racing => {
-                // As on the timer: a denial ends hedging for the request, a
-                // full in-flight cap is looked at again one delay later.
-                match reason {
-                    NoHedge::BudgetDenied => request.next_hedge_at = None,
-                    NoHedge::InFlightLimit => {
-                        let delay = request.delay_ns.unwrap_or(0).max(1);
-                        let again = now.saturating_add(delay);
-                        request.next_hedge_at =
-                            Some(request.next_hedge_at.map_or(again, |t| t.min(again)));
-                    }
-                    _ => {}
-                }
-                FailureOutcome::Continue
-            }
-            Err(_) => FailureOutcome::GiveUp {
-                cancel: self.give_up(request, now),
-            },
-        }
+        machine::on_failure(self, request, attempt, now, failure)
     }
 
     /// The caller gives `request` up at `now` (its task was cancelled, its
@@ -665,10 +381,7 @@ impl<K: PartialEq + Copy, B: HedgeBudget, const T: usize, S: Store> Hedger<K, B,
     /// Dropping a request without this call is safe too (see the module
     /// docs), only slower to release.
     pub fn abandon(&mut self, request: &mut Request<K>, now: u64) -> AttemptSet {
-        if request.phase != Phase::Racing {
-            return AttemptSet::EMPTY;
-        }
-        self.give_up(request, now)
+        machine::abandon(self, request, now)
     }
 
     /// What the hedger has done so far.
@@ -734,6 +447,90 @@ impl<K: PartialEq + Copy, B: HedgeBudget, const T: usize, S: Store> Hedger<K, B,
     /// The mapping every target's sketches use.
     pub fn mapping(&self) -> &CubicMapping {
         &self.mapping
+    }
+}
+
+impl<K: PartialEq + Copy, B: HedgeBudget, const T: usize, S: Store> Core<K> for Hedger<K, B, T, S> {
+    #[inline]
+    fn config(&self) -> &HedgeConfig {
+        &self.config
+    }
+
+    #[inline]
+    fn in_flight_count(&self, now: u64) -> u32 {
+        self.in_flight.count(now)
+    }
+
+    #[inline]
+    fn in_flight_acquire(&mut self, now: u64) {
+        self.in_flight.acquire(now);
+    }
+
+    #[inline]
+    fn in_flight_release(&mut self, sent_at: u64) {
+        self.in_flight.release(sent_at);
+    }
+
+    /// Takes a hedge token for a request to `target` at `now`.
+    fn acquire_token(&mut self, target: K, now: u64) -> bool {
+        if let BudgetScope::Shared(b) = &self.budget {
+            return b.try_acquire(now);
+        }
+        // Per target: an evicted target re-enters with a drained budget.
+        let index = self.entry(target, now);
+        self.table
+            .get(index)
+            .and_then(|t| t.budget.as_ref())
+            .is_some_and(|b| b.try_acquire(now))
+    }
+
+    #[inline]
+    fn record_sample(&mut self, target: K, now: u64, elapsed: u64, exact: bool) -> bool {
+        let index = self.entry(target, now);
+        let recorded = self.table.get_mut(index).is_some_and(|t| {
+            let w = &mut t.window;
+            if exact {
+                w.record(now, elapsed)
+            } else {
+                w.record_censored(now, elapsed)
+            }
+            .is_ok()
+        });
+        if T > 1 {
+            let w = &mut self.aggregate;
+            let _ = if exact {
+                w.record(now, elapsed)
+            } else {
+                w.record_censored(now, elapsed)
+            };
+        }
+        recorded
+    }
+
+    #[inline(always)]
+    fn bump(&mut self, stat: Stat) {
+        let s = &mut self.stats;
+        bump(match stat {
+            Stat::HedgesSent => &mut s.hedges_sent,
+            Stat::RetriesReleased => &mut s.retries_released,
+            Stat::HedgeWins => &mut s.hedge_wins,
+            Stat::PrimaryWins => &mut s.primary_wins,
+            Stat::BudgetDenials => &mut s.budget_denials,
+            Stat::ColdStarts => &mut s.cold_starts,
+            Stat::AggregateDelays => &mut s.aggregate_delays,
+            Stat::NotIdempotent => &mut s.not_idempotent,
+            Stat::InFlightLimited => &mut s.in_flight_limited,
+            Stat::GaveUp => &mut s.gave_up,
+            Stat::Samples => &mut s.samples,
+            Stat::CensoredSamples => &mut s.censored_samples,
+            Stat::SamplesRefused => &mut s.samples_refused,
+            Stat::ClockAnomalies => &mut s.clock_anomalies,
+        });
+    }
+
+    #[inline]
+    fn set_current_delay(&mut self, delay_ns: u64) {
+        self.stats.current_delay_ns = Some(delay_ns);
     }
 }
 

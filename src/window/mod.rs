@@ -40,7 +40,7 @@
 //! reading it is a field load. A refresh is one pass over the occupied
 //! buckets of the four sketches, never over the empty keys between them.
 
-mod survival;
+pub(crate) mod survival;
 
 use crate::mapping::{CubicMapping, IndexMapping};
 use crate::sketch::{DDSketch, SketchError};
@@ -51,7 +51,7 @@ use survival::Pair;
 const NANOS_PER_SEC: u64 = 1_000_000_000;
 
 /// Refresh the cached quantile once new samples reach `count / REFRESH_SHARE`.
-const REFRESH_SHARE: u64 = 32;
+pub(crate) const REFRESH_SHARE: u64 = 32;
 
 /// When a [`LatencyWindow`] rotates; see the module docs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -115,7 +115,7 @@ impl<M: IndexMapping, S: Store> Half<M, S> {
         self.censored.clear();
     }
 
-    fn pair(&self) -> Pair<'_, M, S> {
+    fn pair(&self) -> Pair<'_, DDSketch<M, S, NoStore>> {
         Pair {
             exact: &self.exact,
             censored: &self.censored,

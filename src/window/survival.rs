@@ -26,10 +26,76 @@ use crate::mapping::IndexMapping;
 use crate::sketch::DDSketch;
 use crate::store::{NoStore, Store};
 
-/// One sketch of exact samples and one of censored ones, bucketed alike.
-pub(crate) struct Pair<'a, M: IndexMapping, S: Store> {
-    pub(crate) exact: &'a DDSketch<M, S, NoStore>,
-    pub(crate) censored: &'a DDSketch<M, S, NoStore>,
+/// One side (exact or censored samples) of a window half, as the estimator
+/// reads it: a sketch, or the shared hedger's atomic buckets.
+pub(crate) trait Side {
+    /// Samples on this side.
+    fn count(&self) -> u64;
+    /// Samples too small to index.
+    fn zero_count(&self) -> u64;
+    /// The smallest and largest sample, `None` while empty.
+    fn min(&self) -> Option<f64>;
+    /// See [`min`](Self::min).
+    fn max(&self) -> Option<f64>;
+    /// The occupied buckets, ascending: (key, count).
+    fn bins(&self) -> impl Iterator<Item = (i32, u32)> + '_;
+    /// The value that represents bucket `key`.
+    fn value(&self, key: i32) -> f64;
+    /// The rank-rule quantile of the union of two uncensored sides when a
+    /// faster way than the walk over occupied buckets exists, `None` when
+    /// the walk must do (its answer is the same).
+    fn union_quantile(&self, _other: &Self, _q: f64) -> Option<Option<f64>> {
+        None
+    }
+}
+
+impl<M: IndexMapping, S: Store> Side for DDSketch<M, S, NoStore> {
+    #[inline]
+    fn count(&self) -> u64 {
+        DDSketch::count(self)
+    }
+    #[inline]
+    fn zero_count(&self) -> u64 {
+        DDSketch::zero_count(self)
+    }
+    #[inline]
+    fn min(&self) -> Option<f64> {
+        DDSketch::min(self)
+    }
+    #[inline]
+    fn max(&self) -> Option<f64> {
+        DDSketch::max(self)
+    }
+    #[inline]
+    fn bins(&self) -> impl Iterator<Item = (i32, u32)> + '_ {
+        self.positive_store().bins()
+    }
+    #[inline]
+    fn value(&self, key: i32) -> f64 {
+        self.mapping().value(key)
+    }
+    fn union_quantile(&self, other: &Self, q: f64) -> Option<Option<f64>> {
+        // When the two halves' keys are close (always, but for samples
+        // decades apart), the sketch's own union walk is the fastest way
+        // to the empirical quantile.
+        let span = match (
+            self.positive_store().key_range(),
+            other.positive_store().key_range(),
+        ) {
+            (Some((la, ha)), Some((lb, hb))) => {
+                i64::from(ha.max(hb)).wrapping_sub(i64::from(la.min(lb)))
+            }
+            _ => 0,
+        };
+        let near = usize::try_from(span).is_ok_and(|s| s <= S::CAPACITY.saturating_mul(4));
+        near.then(|| self.quantile_with(other, q).ok().flatten())
+    }
+}
+
+/// One side of exact samples and one of censored ones, bucketed alike.
+pub(crate) struct Pair<'a, X> {
+    pub(crate) exact: &'a X,
+    pub(crate) censored: &'a X,
 }
 
 /// The product-limit `q`-quantile of the union of `halves`, clamped into
@@ -43,10 +109,13 @@ pub(crate) struct Pair<'a, M: IndexMapping, S: Store> {
 /// Cost: one pass over the occupied buckets of the four stores, never
 /// over the empty keys between them (samples of 1 ns and of 584 years in
 /// one window cost two steps, not a walk across 10⁹ keys at α = 10⁻⁷).
-pub(crate) fn quantile<M: IndexMapping, S: Store>(
-    halves: [Pair<'_, M, S>; 2],
-    q: f64,
-) -> Option<f64> {
+///
+/// Sides being written while this reads them (the shared hedger) give an
+/// estimate of some mix of before and after: the counts are read before
+/// the buckets, so the walk may end short of the rank (the largest answer
+/// is returned) and the risk set may run out early (the product stops
+/// falling); it never panics nor loops.
+pub(crate) fn quantile<X: Side>(halves: [Pair<'_, X>; 2], q: f64) -> Option<f64> {
     let [a, b] = halves;
     let exact = a.exact.count().saturating_add(b.exact.count());
     let censored = a.censored.count().saturating_add(b.censored.count());
@@ -63,22 +132,8 @@ pub(crate) fn quantile<M: IndexMapping, S: Store>(
         max = max.max(s.max().unwrap_or(f64::NEG_INFINITY));
     }
     if censored == 0 {
-        // Without censoring the product reduces to the empirical
-        // distribution. When the two halves' keys are close (always, but
-        // for samples decades apart), the sketch's own union walk is the
-        // fastest way to it; otherwise the walk over occupied buckets below.
-        let span = match (
-            a.exact.positive_store().key_range(),
-            b.exact.positive_store().key_range(),
-        ) {
-            (Some((la, ha)), Some((lb, hb))) => {
-                i64::from(ha.max(hb)).wrapping_sub(i64::from(la.min(lb)))
-            }
-            _ => 0,
-        };
-        let near = usize::try_from(span).is_ok_and(|s| s <= S::CAPACITY.saturating_mul(4));
-        if near {
-            return a.exact.quantile_with(b.exact, q).ok().flatten();
+        if let Some(answer) = a.exact.union_quantile(b.exact, q) {
+            return answer;
         }
     }
     // Without censoring the product reduces to the empirical distribution:
@@ -114,12 +169,11 @@ pub(crate) fn quantile<M: IndexMapping, S: Store>(
     if step(zeros_exact, zeros_censored) {
         return Some(clamp(0.0, min, max));
     }
-    let mapping = a.exact.mapping();
     let mut bins = [
-        a.exact.positive_store().bins().peekable(),
-        b.exact.positive_store().bins().peekable(),
-        a.censored.positive_store().bins().peekable(),
-        b.censored.positive_store().bins().peekable(),
+        a.exact.bins().peekable(),
+        b.exact.bins().peekable(),
+        a.censored.bins().peekable(),
+        b.censored.bins().peekable(),
     ];
     // The smallest key at the head of the four ascending runs, in turn.
     while let Some(key) = bins
@@ -136,7 +190,7 @@ pub(crate) fn quantile<M: IndexMapping, S: Store>(
         let [ea, eb, ca, cb] = counts;
         // Four `u32` counts cannot overflow a `u64`.
         if step(ea.saturating_add(eb), ca.saturating_add(cb)) {
-            return Some(clamp(mapping.value(key), min, max));
+            return Some(clamp(a.exact.value(key), min, max));
         }
     }
     let largest_exact = [a.exact.max(), b.exact.max()]

@@ -1,0 +1,380 @@
+//! The per-request state machine, written once for every hedger.
+//!
+//! A [`Request`] carries its own race; what an event decides also depends
+//! on state the hedger shares between requests: the configuration, the
+//! windows samples go to, the in-flight count, the budget and the
+//! counters. [`Core`] is that shared state, implemented by
+//! [`Hedger`](super::Hedger) (through `&mut`) and by
+//! [`SharedHedger`](super::SharedHedger) (through `&`, with atomics), so
+//! both run exactly these transitions.
+
+use super::config::HedgeConfig;
+use super::request::{self, Phase};
+use super::{
+    Attempt, AttemptSet, CommitOutcome, DelaySource, Failure, FailureOutcome, Idempotency, NoHedge,
+    Plan, Request, TimerAction,
+};
+
+/// A counter the state machine bumps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Stat {
+    HedgesSent,
+    RetriesReleased,
+    HedgeWins,
+    PrimaryWins,
+    BudgetDenials,
+    ColdStarts,
+    AggregateDelays,
+    NotIdempotent,
+    InFlightLimited,
+    GaveUp,
+    Samples,
+    CensoredSamples,
+    SamplesRefused,
+    ClockAnomalies,
+}
+
+/// The state a hedger shares between requests, as the machine uses it.
+pub(crate) trait Core<K> {
+    fn config(&self) -> &HedgeConfig;
+    /// Hedges in flight at `now`.
+    fn in_flight_count(&self, now: u64) -> u32;
+    /// Counts a hedge sent at `now` as in flight.
+    fn in_flight_acquire(&mut self, now: u64);
+    /// Takes back a hedge sent at `sent_at`.
+    fn in_flight_release(&mut self, sent_at: u64);
+    /// Takes a hedge token for a request to `target` at `now`.
+    fn acquire_token(&mut self, target: K, now: u64) -> bool;
+    /// Records one sample of `target` (and the aggregate): whether the
+    /// target's window took it.
+    fn record_sample(&mut self, target: K, now: u64, elapsed: u64, exact: bool) -> bool;
+    fn bump(&mut self, stat: Stat);
+    /// The delay given to the latest request that hedges on a timer.
+    fn set_current_delay(&mut self, delay_ns: u64);
+}
+
+/// What kind of extra attempt to send.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Extra {
+    /// Raced against attempts still in flight: counts against
+    /// `max_hedges`, the in-flight cap and the budget.
+    Hedge,
+    /// Replaces a failed attempt when none is left in flight: counts
+    /// against `max_retries` only (it adds no concurrent load).
+    Retry,
+}
+
+/// A fresh request to `target` at `now`, given the delay the hedger found
+/// for it (its window's, the aggregate's, the prior, or none).
+#[inline]
+pub(crate) fn start<K: Copy, C: Core<K>>(
+    core: &mut C,
+    target: K,
+    now: u64,
+    idempotency: Idempotency,
+    delay: Option<(u64, DelaySource)>,
+) -> Request<K> {
+    let mut request = Request::new(target, now);
+    let config = core.config();
+    request.give_up_at = config.deadline_ns.map(|d| now.saturating_add(d));
+    let max_hedges = config.max_hedges;
+    match delay {
+        Some((_, DelaySource::Target)) => {}
+        Some((_, DelaySource::Aggregate)) => core.bump(Stat::AggregateDelays),
+        Some((_, DelaySource::Prior)) | None => core.bump(Stat::ColdStarts),
+    }
+    request.plan = if idempotency == Idempotency::NotIdempotent {
+        core.bump(Stat::NotIdempotent);
+        Plan::NoHedge(NoHedge::NotIdempotent)
+    } else if max_hedges == 0 {
+        // Retries of retryable failures are still allowed.
+        request.hedgeable = true;
+        Plan::NoHedge(NoHedge::Disabled)
+    } else {
+        request.hedgeable = true;
+        match delay {
+            Some((delay_ns, source)) => {
+                request.delay_ns = Some(delay_ns);
+                request.next_hedge_at = Some(now.saturating_add(delay_ns));
+                core.set_current_delay(delay_ns);
+                Plan::Hedge { delay_ns, source }
+            }
+            None => Plan::NoHedge(NoHedge::ColdStart),
+        }
+    };
+    request
+}
+
+/// The plan of an idempotent request given its delay.
+pub(crate) fn plan(config: &HedgeConfig, delay: Option<(u64, DelaySource)>) -> Plan {
+    if config.max_hedges == 0 {
+        return Plan::NoHedge(NoHedge::Disabled);
+    }
+    match delay {
+        Some((delay_ns, source)) => Plan::Hedge { delay_ns, source },
+        None => Plan::NoHedge(NoHedge::ColdStart),
+    }
+}
+
+/// The caller's timer for `request` fired at `now`.
+pub(crate) fn on_timer<K: Copy, C: Core<K>>(
+    core: &mut C,
+    request: &mut Request<K>,
+    now: u64,
+) -> TimerAction {
+    if request.phase != Phase::Racing {
+        return TimerAction::Skip(NoHedge::Finished);
+    }
+    if request.give_up_at.is_some_and(|g| now >= g) {
+        let cancel = give_up(core, request, now);
+        return TimerAction::GiveUp { cancel };
+    }
+    let Some(due) = request.next_hedge_at else {
+        return match request.give_up_at {
+            Some(until) => TimerAction::Wait { until },
+            None => TimerAction::Skip(NoHedge::AttemptsExhausted),
+        };
+    };
+    if now < due {
+        let until = request.give_up_at.map_or(due, |g| g.min(due));
+        return TimerAction::Wait { until };
+    }
+    match send_next(core, request, now, Extra::Hedge) {
+        Ok(attempt) => TimerAction::SendHedge(attempt),
+        Err(NoHedge::InFlightLimit) => {
+            // Look again one delay later (at least 1 ns, so a zero delay
+            // cannot spin): a slot may have freed up.
+            let delay = request.delay_ns.unwrap_or(0).max(1);
+            request.next_hedge_at = Some(now.saturating_add(delay));
+            TimerAction::Skip(NoHedge::InFlightLimit)
+        }
+        Err(reason) => {
+            request.next_hedge_at = None;
+            TimerAction::Skip(reason)
+        }
+    }
+}
+
+/// Sends the next attempt of `request` at `now`, as a hedge (raced
+/// against those in flight: hedges left, in-flight cap and budget
+/// permitting) or as a retry (nothing left in flight: retries left
+/// permitting), and schedules the next hedge one delay later.
+fn send_next<K: Copy, C: Core<K>>(
+    core: &mut C,
+    request: &mut Request<K>,
+    now: u64,
+    kind: Extra,
+) -> Result<Attempt, NoHedge> {
+    if !request.hedgeable {
+        return Err(match request.plan {
+            Plan::NoHedge(reason) => reason,
+            Plan::Hedge { .. } => NoHedge::Disabled,
+        });
+    }
+    if usize::from(request.sent) >= request::MAX_ATTEMPTS {
+        return Err(NoHedge::AttemptsExhausted);
+    }
+    let max_hedges = core.config().max_hedges;
+    match kind {
+        Extra::Hedge => {
+            if request.hedges >= max_hedges {
+                return Err(NoHedge::AttemptsExhausted);
+            }
+            if core
+                .config()
+                .max_hedges_in_flight
+                .is_some_and(|cap| core.in_flight_count(now) >= cap)
+            {
+                core.bump(Stat::InFlightLimited);
+                return Err(NoHedge::InFlightLimit);
+            }
+            if !core.acquire_token(request.target(), now) {
+                core.bump(Stat::BudgetDenials);
+                return Err(NoHedge::BudgetDenied);
+            }
+        }
+        Extra::Retry => {
+            if request.retries >= core.config().max_retries {
+                return Err(NoHedge::AttemptsExhausted);
+            }
+        }
+    }
+    let attempt = Attempt(request.sent);
+    if let Some(slot) = request.sent_at.get_mut(attempt.index()) {
+        *slot = now;
+    }
+    request.sent = request.sent.saturating_add(1);
+    match kind {
+        Extra::Hedge => {
+            request.hedges = request.hedges.saturating_add(1);
+            request.hedge_attempts = request.hedge_attempts.with(attempt);
+            request.leased = request.leased.with(attempt);
+            core.in_flight_acquire(now);
+            core.bump(Stat::HedgesSent);
+        }
+        Extra::Retry => {
+            request.retries = request.retries.saturating_add(1);
+            core.bump(Stat::RetriesReleased);
+        }
+    }
+    request.next_hedge_at = match request.delay_ns {
+        Some(d) if request.hedges < max_hedges => Some(now.saturating_add(d)),
+        _ => None,
+    };
+    Ok(attempt)
+}
+
+/// `attempt` of `request` gave its commit signal at `now`.
+#[inline]
+pub(crate) fn on_commit<K: Copy, C: Core<K>>(
+    core: &mut C,
+    request: &mut Request<K>,
+    attempt: Attempt,
+    now: u64,
+) -> CommitOutcome {
+    if attempt.0 >= request.sent {
+        return CommitOutcome::Unknown;
+    }
+    if request.phase != Phase::Racing {
+        return CommitOutcome::Late;
+    }
+    if request.failed.contains(attempt) {
+        return CommitOutcome::Unknown;
+    }
+    let racing = request.in_flight();
+    record(core, request, racing, Some(attempt), now);
+    release(core, request, racing);
+    request.phase = Phase::Won(attempt);
+    request.next_hedge_at = None;
+    core.bump(if attempt.is_primary() {
+        Stat::PrimaryWins
+    } else {
+        Stat::HedgeWins
+    });
+    CommitOutcome::Won {
+        winner: attempt,
+        cancel: racing.without(attempt),
+    }
+}
+
+/// Records the elapsed time of every attempt in `attempts` at `now`: the
+/// winner's as an exact sample, the others' as censored ones, each under
+/// the target the attempt went to and in the aggregate.
+#[inline]
+fn record<K: Copy, C: Core<K>>(
+    core: &mut C,
+    request: &Request<K>,
+    attempts: AttemptSet,
+    winner: Option<Attempt>,
+    now: u64,
+) {
+    for a in attempts.iter() {
+        let Some(elapsed) = request.sent_at(a).and_then(|sent| now.checked_sub(sent)) else {
+            core.bump(Stat::ClockAnomalies);
+            continue;
+        };
+        if elapsed > core.config().max_sample_ns {
+            core.bump(Stat::SamplesRefused);
+            continue;
+        }
+        let exact = winner == Some(a);
+        let target = request.target_of(a).unwrap_or(request.target());
+        let stat = if !core.record_sample(target, now, elapsed, exact) {
+            Stat::SamplesRefused
+        } else if exact {
+            Stat::Samples
+        } else {
+            Stat::CensoredSamples
+        };
+        core.bump(stat);
+    }
+}
+
+/// Forgets the hedges among `attempts` in the in-flight count.
+#[inline]
+fn release<K: Copy, C: Core<K>>(core: &mut C, request: &mut Request<K>, attempts: AttemptSet) {
+    let leased = request.leased;
+    for a in attempts.iter().filter(|&a| leased.contains(a)) {
+        request.leased = request.leased.without(a);
+        if let Some(sent) = request.sent_at(a) {
+            core.in_flight_release(sent);
+        }
+    }
+}
+
+/// Ends `request` at `now`: the attempts in flight are recorded as
+/// censored and returned, to cancel.
+fn give_up<K: Copy, C: Core<K>>(core: &mut C, request: &mut Request<K>, now: u64) -> AttemptSet {
+    let cancel = request.in_flight();
+    record(core, request, cancel, None, now);
+    release(core, request, cancel);
+    request.phase = Phase::GaveUp;
+    request.next_hedge_at = None;
+    core.bump(Stat::GaveUp);
+    cancel
+}
+
+/// `attempt` of `request` failed (an error, not slowness) at `now`.
+pub(crate) fn on_failure<K: Copy, C: Core<K>>(
+    core: &mut C,
+    request: &mut Request<K>,
+    attempt: Attempt,
+    now: u64,
+    failure: Failure,
+) -> FailureOutcome {
+    if attempt.0 >= request.sent
+        || request.phase != Phase::Racing
+        || request.failed.contains(attempt)
+    {
+        return FailureOutcome::Ignored;
+    }
+    request.failed = request.failed.with(attempt);
+    release(core, request, AttemptSet::EMPTY.with(attempt));
+    if request.hedge_attempts.contains(attempt) {
+        // A failed hedge frees its place: the request may race another.
+        request.hedges = request.hedges.saturating_sub(1);
+    }
+    let past_deadline = request.give_up_at.is_some_and(|g| now >= g);
+    if failure == Failure::Fatal || past_deadline {
+        return FailureOutcome::GiveUp {
+            cancel: give_up(core, request, now),
+        };
+    }
+    // Retryable: race a fresh attempt now rather than wait for the delay —
+    // a hedge if others are still in flight, a retry if not.
+    let racing = !request.in_flight().is_empty();
+    let kind = if racing { Extra::Hedge } else { Extra::Retry };
+    match send_next(core, request, now, kind) {
+        Ok(next) => FailureOutcome::SendNow(next),
+        Err(reason) if racing => {
+            // As on the timer: a denial ends hedging for the request, a
+            // full in-flight cap is looked at again one delay later.
+            match reason {
+                NoHedge::BudgetDenied => request.next_hedge_at = None,
+                NoHedge::InFlightLimit => {
+                    let delay = request.delay_ns.unwrap_or(0).max(1);
+                    let again = now.saturating_add(delay);
+                    request.next_hedge_at =
+                        Some(request.next_hedge_at.map_or(again, |t| t.min(again)));
+                }
+                _ => {}
+            }
+            FailureOutcome::Continue
+        }
+        Err(_) => FailureOutcome::GiveUp {
+            cancel: give_up(core, request, now),
+        },
+    }
+}
+
+/// The caller gives `request` up at `now`.
+pub(crate) fn abandon<K: Copy, C: Core<K>>(
+    core: &mut C,
+    request: &mut Request<K>,
+    now: u64,
+) -> AttemptSet {
+    if request.phase != Phase::Racing {
+        return AttemptSet::EMPTY;
+    }
+    give_up(core, request, now)
+}

@@ -1,0 +1,649 @@
+//! A rotating latency window of atomic bucket counters, written by every
+//! thread at once.
+//!
+//! The same window as [`LatencyWindow`](crate::window::LatencyWindow) —
+//! two halves, each with exact and censored samples, rotated by sample
+//! count and by time, emptied after an idle gap, queried with the same
+//! Kaplan–Meier estimator — over a fixed key range instead of a sketch:
+//! a sample is one relaxed `fetch_add` on the counter of its key (the
+//! pattern of hg64 and pelikan's `AtomicHistogram`), so recording never
+//! waits for anyone.
+//!
+//! # Keys
+//! The range is the [`BUCKETS`] keys of the cubic mapping ending at the key
+//! of the largest sample the hedger accepts
+//! ([`max_sample_ns`](crate::hedge::HedgeConfig::max_sample_ns)): 10 min
+//! down to about 0.75 µs at the defaults. Keys below the range collapse
+//! into its first bucket, as the lowest keys of a
+//! [`CollapsingLowestStore`](crate::CollapsingLowestStore) do; elapsed
+//! times of 0 (too small to index) have a counter of their own. Within the
+//! range a bucket holds exactly what the sketch's bucket of the same key
+//! holds.
+//!
+//! # Rotation, refresh, and the one thread that does them
+//! Rotating, emptying after an idle gap, restarting the period when the
+//! clock steps back, and refreshing the cached quantile are done under a
+//! try-lock flag: the thread that wins it does the work, the others skip
+//! it and carry on (the condition still holds at their next sample, so
+//! nothing is lost but a little timeliness). Decisions are taken on a
+//! snapshot of the window's generation (bumped by every rotation, idle
+//! emptying and period restart) and dropped if another thread changed it
+//! first, so two threads that both saw "rotate" rotate once.
+//!
+//! # What a concurrent reader may see
+//! * The cached delay is one `AtomicU64`: a reader sees the previous
+//!   refresh's value or the new one, never a mix.
+//! * A refresh reads counters while others add to them: its estimate is of
+//!   some mix of the samples before and during the pass (counts are read
+//!   before buckets, so a pass may end below the rank and return the
+//!   largest answer). The next refresh, 1/32 of the samples later, sees
+//!   them all.
+//! * A rotation clears the old previous half *before* making it current,
+//!   so no sample is written into a half while it is being cleared unless
+//!   its writer read which half was current two rotations earlier (a
+//!   thread preempted across two rotations): such a sample may survive the
+//!   clear or go with it. The same holds for an idle gap's emptying.
+//! * The two "recent" timestamps are stored one after the other: a reader
+//!   may see one thread's pair half-updated by another's; the later of the
+//!   two is still a timestamp some thread just used.
+//!
+//! Without rotations and clears in flight, counts are exact: every sample
+//! is one atomic increment of its bucket and of its side's count.
+
+use crate::mapping::{CubicMapping, IndexMapping};
+use crate::sync::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use crate::window::survival::{self, Pair, Side};
+use crate::window::{Rotation, REFRESH_SHARE};
+
+/// Buckets per side: 1 µs (0.75 µs) to 10 min at α = 1 %, like the
+/// default `CollapsingLowestStore<1024>` of [`Hedger`](crate::hedge::Hedger).
+pub(crate) const BUCKETS: usize = 1024;
+
+/// A bucket refuses samples from here on (and is never incremented past
+/// `u32::MAX`, whatever number of threads race on the last increments).
+const BUCKET_LIMIT: u32 = u32::MAX - (1 << 16);
+
+/// The offset of the last bucket from the first.
+const LAST: i64 = BUCKETS as i64 - 1;
+
+/// What every window of one hedger shares: how to key and when to rotate.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Params {
+    pub(crate) mapping: CubicMapping,
+    /// The key of the first bucket.
+    pub(crate) low: i32,
+    pub(crate) rotation: Rotation,
+    pub(crate) quantile: f64,
+}
+
+impl Params {
+    /// Keys for samples up to `max_sample_ns`.
+    pub(crate) fn new(
+        mapping: CubicMapping,
+        max_sample_ns: u64,
+        rotation: Rotation,
+        quantile: f64,
+    ) -> Self {
+        let top = mapping.index(max_sample_ns as f64);
+        Self {
+            mapping,
+            // 1023 below an `i32`: no wrap in `i64`, and back in range.
+            low: i32::try_from(i64::from(top).saturating_sub(LAST)).unwrap_or(i32::MIN),
+            rotation: Rotation {
+                period_ns: rotation.period_ns.max(1),
+                ..rotation
+            },
+            quantile,
+        }
+    }
+
+    /// The bucket of `value` (≥ the smallest indexable value).
+    #[inline]
+    fn slot(&self, value: f64) -> usize {
+        let offset = i64::from(self.mapping.index(value)).saturating_sub(i64::from(self.low));
+        // Clamped into 0..BUCKETS: the cast is exact.
+        offset.clamp(0, LAST) as usize
+    }
+}
+
+/// The exact or the censored samples of one half.
+#[derive(Debug)]
+struct AtomicSide {
+    buckets: [AtomicU32; BUCKETS],
+    /// Samples too small to index (elapsed 0).
+    zero: AtomicU64,
+    count: AtomicU64,
+    /// The smallest and largest sample (exact side only); `min > max`
+    /// while empty.
+    min: AtomicU64,
+    max: AtomicU64,
+    /// The first and last occupied bucket (`lo > hi` while empty): a
+    /// refresh walks these, not the whole range.
+    lo: AtomicUsize,
+    hi: AtomicUsize,
+}
+
+impl AtomicSide {
+    fn new() -> Self {
+        Self {
+            buckets: core::array::from_fn(|_| AtomicU32::new(0)),
+            zero: AtomicU64::new(0),
+            count: AtomicU64::new(0),
+            min: AtomicU64::new(u64::MAX),
+            max: AtomicU64::new(0),
+            lo: AtomicUsize::new(BUCKETS),
+            hi: AtomicUsize::new(0),
+        }
+    }
+
+    /// Adds one sample; `false` if its bucket is full.
+    #[inline]
+    fn add(&self, p: &Params, value: u64, extremes: bool) -> bool {
+        let v = value as f64;
+        if v < p.mapping.min_indexable_value() {
+            self.zero.fetch_add(1, Ordering::Relaxed);
+        } else {
+            let slot = p.slot(v);
+            if let Some(bucket) = self.buckets.get(slot) {
+                if bucket.fetch_add(1, Ordering::Relaxed) >= BUCKET_LIMIT {
+                    bucket.fetch_sub(1, Ordering::Relaxed);
+                    return false;
+                }
+            }
+            // Loads first: the common sample lands inside the range.
+            if slot < self.lo.load(Ordering::Relaxed) {
+                self.lo.fetch_min(slot, Ordering::Relaxed);
+            }
+            if slot > self.hi.load(Ordering::Relaxed) {
+                self.hi.fetch_max(slot, Ordering::Relaxed);
+            }
+        }
+        // Cannot overflow: 2⁶⁴ samples at 10⁹ a second take 584 years.
+        self.count.fetch_add(1, Ordering::Relaxed);
+        if extremes {
+            // Loads first: the common sample moves neither end.
+            if value < self.min.load(Ordering::Relaxed) {
+                self.min.fetch_min(value, Ordering::Relaxed);
+            }
+            if value > self.max.load(Ordering::Relaxed) {
+                self.max.fetch_max(value, Ordering::Relaxed);
+            }
+        }
+        true
+    }
+
+    fn clear(&self) {
+        for b in &self.buckets {
+            b.store(0, Ordering::Relaxed);
+        }
+        self.zero.store(0, Ordering::Relaxed);
+        self.count.store(0, Ordering::Relaxed);
+        self.min.store(u64::MAX, Ordering::Relaxed);
+        self.max.store(0, Ordering::Relaxed);
+        self.lo.store(BUCKETS, Ordering::Relaxed);
+        self.hi.store(0, Ordering::Relaxed);
+    }
+
+    #[inline]
+    fn count(&self) -> u64 {
+        self.count.load(Ordering::Relaxed)
+    }
+
+    /// Every sample its buckets hold (a pass over them).
+    #[cfg(test)]
+    fn bucket_total(&self) -> u64 {
+        self.buckets
+            .iter()
+            .fold(self.zero.load(Ordering::Relaxed), |sum, b| {
+                sum.saturating_add(u64::from(b.load(Ordering::Relaxed)))
+            })
+    }
+}
+
+/// A side as the estimator reads it.
+struct View<'a> {
+    side: &'a AtomicSide,
+    params: &'a Params,
+}
+
+impl Side for View<'_> {
+    fn count(&self) -> u64 {
+        self.side.count()
+    }
+
+    fn zero_count(&self) -> u64 {
+        self.side.zero.load(Ordering::Relaxed)
+    }
+
+    fn min(&self) -> Option<f64> {
+        let (min, max) = (
+            self.side.min.load(Ordering::Relaxed),
+            self.side.max.load(Ordering::Relaxed),
+        );
+        (min <= max).then_some(min as f64)
+    }
+
+    fn max(&self) -> Option<f64> {
+        let (min, max) = (
+            self.side.min.load(Ordering::Relaxed),
+            self.side.max.load(Ordering::Relaxed),
+        );
+        (min <= max).then_some(max as f64)
+    }
+
+    fn bins(&self) -> impl Iterator<Item = (i32, u32)> + '_ {
+        let (lo, hi) = (
+            self.side.lo.load(Ordering::Relaxed),
+            self.side.hi.load(Ordering::Relaxed),
+        );
+        // An empty range (`lo > hi`) yields nothing; `lo < BUCKETS` fits.
+        let first = self
+            .params
+            .low
+            .saturating_add(i32::try_from(lo).unwrap_or(i32::MAX));
+        let occupied = self.side.buckets.get(lo..=hi).unwrap_or(&[]);
+        occupied.iter().zip(first..).filter_map(|(b, key)| {
+            let c = b.load(Ordering::Relaxed);
+            (c != 0).then_some((key, c))
+        })
+    }
+
+    fn value(&self, key: i32) -> f64 {
+        self.params.mapping.value(key)
+    }
+}
+
+#[derive(Debug)]
+struct Half {
+    exact: AtomicSide,
+    censored: AtomicSide,
+}
+
+impl Half {
+    fn new() -> Self {
+        Self {
+            exact: AtomicSide::new(),
+            censored: AtomicSide::new(),
+        }
+    }
+
+    fn clear(&self) {
+        self.exact.clear();
+        self.censored.clear();
+    }
+
+    #[inline]
+    fn count(&self) -> u64 {
+        self.exact.count().saturating_add(self.censored.count())
+    }
+}
+
+/// What a sample's timestamp asks of the window.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Step {
+    /// An idle gap: empty both halves.
+    Empty,
+    /// The clock went back: the period restarts.
+    Restart,
+    Rotate,
+}
+
+/// See the module docs.
+#[derive(Debug)]
+pub(crate) struct AtomicWindow {
+    halves: [Half; 2],
+    /// Which half is current (0 or 1).
+    current: AtomicUsize,
+    started: AtomicBool,
+    /// When the current half began (once `started`).
+    start: AtomicU64,
+    /// The last two timestamps, older first.
+    recent: [AtomicU64; 2],
+    /// Bumped by every rotation, emptying and period restart.
+    generation: AtomicU64,
+    /// The try-lock of rotation and refresh.
+    busy: AtomicBool,
+    /// The cached quantile in ns plus one, saturating; 0 for none.
+    cached: AtomicU64,
+    /// Samples in the window at the last refresh.
+    refreshed_at: AtomicU64,
+    rotations: AtomicU64,
+}
+
+impl AtomicWindow {
+    pub(crate) fn new() -> Self {
+        Self {
+            halves: [Half::new(), Half::new()],
+            current: AtomicUsize::new(0),
+            started: AtomicBool::new(false),
+            start: AtomicU64::new(0),
+            recent: [AtomicU64::new(0), AtomicU64::new(0)],
+            generation: AtomicU64::new(0),
+            busy: AtomicBool::new(false),
+            cached: AtomicU64::new(0),
+            refreshed_at: AtomicU64::new(0),
+            rotations: AtomicU64::new(0),
+        }
+    }
+
+    /// The current half and the other one.
+    #[inline]
+    fn halves(&self) -> (&Half, &Half) {
+        let [a, b] = &self.halves;
+        if self.current.load(Ordering::Acquire) & 1 == 0 {
+            (a, b)
+        } else {
+            (b, a)
+        }
+    }
+
+    /// Runs `f` if no other thread is rotating or refreshing; never waits.
+    #[inline]
+    fn try_locked(&self, f: impl FnOnce()) {
+        if self
+            .busy
+            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok()
+        {
+            f();
+            self.busy.store(false, Ordering::Release);
+        }
+    }
+
+    /// Records one sample of `elapsed` ns at `now`, exact or censored;
+    /// `false` if its bucket is full.
+    #[inline]
+    pub(crate) fn record(&self, p: &Params, now: u64, elapsed: u64, exact: bool) -> bool {
+        self.advance(p, now);
+        let (current, _) = self.halves();
+        let side = if exact {
+            &current.exact
+        } else {
+            &current.censored
+        };
+        if !side.add(p, elapsed, exact) {
+            return false;
+        }
+        if current.count() >= p.rotation.max_samples {
+            self.try_locked(|| {
+                // Another thread may have rotated since.
+                let (current, _) = self.halves();
+                if current.count() >= p.rotation.max_samples {
+                    self.rotate(p, now);
+                }
+            });
+            return true;
+        }
+        let count = self.count();
+        let since = count.saturating_sub(self.refreshed_at.load(Ordering::Relaxed));
+        if since >= (count / REFRESH_SHARE).max(1) {
+            self.try_locked(|| self.refresh(p));
+        }
+        true
+    }
+
+    /// Brings the window to `now`, as `LatencyWindow::advance` does.
+    #[inline]
+    fn advance(&self, p: &Params, now: u64) {
+        let generation = self.generation.load(Ordering::Acquire);
+        if !self.started.load(Ordering::Acquire) {
+            self.try_locked(|| {
+                if !self.started.load(Ordering::Relaxed) {
+                    self.start.store(now, Ordering::Relaxed);
+                    self.set_recent(now, now);
+                    self.started.store(true, Ordering::Release);
+                }
+            });
+            return;
+        }
+        let [r0, r1] = &self.recent;
+        let (older, last) = (r0.load(Ordering::Relaxed), r1.load(Ordering::Relaxed));
+        let gap = now.saturating_sub(older.max(last));
+        if now != last {
+            // The samples of one request share its commit time: one entry.
+            self.set_recent(last, now);
+        }
+        let start = self.start.load(Ordering::Relaxed);
+        let period = p.rotation.period_ns;
+        let step = if gap >= period.saturating_mul(2) {
+            Step::Empty
+        } else if now < start {
+            Step::Restart
+        } else if now.saturating_sub(start) >= period
+            && self.halves().0.exact.count() >= p.rotation.min_samples
+        {
+            Step::Rotate
+        } else {
+            return;
+        };
+        self.try_locked(|| {
+            if self.generation.load(Ordering::Relaxed) != generation {
+                return; // another thread acted on the same news first
+            }
+            match step {
+                Step::Empty => {
+                    let (a, b) = self.halves();
+                    a.clear();
+                    b.clear();
+                    self.set_recent(now, now);
+                    self.start.store(now, Ordering::Relaxed);
+                    self.bump_generation();
+                    self.refresh(p);
+                }
+                Step::Restart => {
+                    self.start.store(now, Ordering::Relaxed);
+                    self.bump_generation();
+                }
+                Step::Rotate => self.rotate(p, now),
+            }
+        });
+    }
+
+    #[inline]
+    fn set_recent(&self, older: u64, last: u64) {
+        let [r0, r1] = &self.recent;
+        r0.store(older, Ordering::Relaxed);
+        r1.store(last, Ordering::Relaxed);
+    }
+
+    fn bump_generation(&self) {
+        // Cannot overflow: one bump per rotation.
+        self.generation.fetch_add(1, Ordering::Release);
+    }
+
+    /// Under the flag: the previous half is cleared, then made current.
+    fn rotate(&self, p: &Params, now: u64) {
+        let old = self.current.load(Ordering::Relaxed) & 1;
+        if let Some(next) = self.halves.get(old ^ 1) {
+            next.clear();
+        }
+        self.current.store(old ^ 1, Ordering::Release);
+        self.start.store(now, Ordering::Relaxed);
+        self.rotations.fetch_add(1, Ordering::Relaxed);
+        self.bump_generation();
+        self.refresh(p);
+    }
+
+    /// Under the flag: recomputes the cached quantile.
+    fn refresh(&self, p: &Params) {
+        let (current, previous) = self.halves();
+        let view = |side| View { side, params: p };
+        let (ce, cc) = (view(&current.exact), view(&current.censored));
+        let (pe, pc) = (view(&previous.exact), view(&previous.censored));
+        let q = survival::quantile(
+            [
+                Pair {
+                    exact: &ce,
+                    censored: &cc,
+                },
+                Pair {
+                    exact: &pe,
+                    censored: &pc,
+                },
+            ],
+            p.quantile,
+        );
+        // `as` rounds down and saturates; +1 keeps 0 for "none".
+        let encoded = q.map_or(0, |v| (v as u64).saturating_add(1));
+        self.cached.store(encoded, Ordering::Relaxed);
+        self.refreshed_at.store(self.count(), Ordering::Relaxed);
+    }
+
+    /// The cached quantile (ns, rounded down), `None` while the window
+    /// holds no answer. One load.
+    #[inline]
+    pub(crate) fn cached_quantile(&self) -> Option<u64> {
+        // A quantile of `u64::MAX` ns reads as `u64::MAX − 1`.
+        self.cached.load(Ordering::Relaxed).checked_sub(1)
+    }
+
+    /// Samples in both halves.
+    #[inline]
+    pub(crate) fn count(&self) -> u64 {
+        let [a, b] = &self.halves;
+        a.count().saturating_add(b.count())
+    }
+
+    /// Exact samples in both halves.
+    #[inline]
+    pub(crate) fn exact_count(&self) -> u64 {
+        let [a, b] = &self.halves;
+        a.exact.count().saturating_add(b.exact.count())
+    }
+
+    /// Whether the window would be emptied at `now`.
+    #[inline]
+    pub(crate) fn is_idle_at(&self, p: &Params, now: u64) -> bool {
+        if !self.started.load(Ordering::Acquire) {
+            return false;
+        }
+        let [r0, r1] = &self.recent;
+        let reference = r0.load(Ordering::Relaxed).max(r1.load(Ordering::Relaxed));
+        now.saturating_sub(reference) >= p.rotation.period_ns.saturating_mul(2)
+    }
+
+    /// Rotations so far.
+    #[cfg(test)]
+    pub(crate) fn rotations(&self) -> u64 {
+        self.rotations.load(Ordering::Relaxed)
+    }
+
+    /// Samples the buckets hold: (exact, censored), a pass over them all.
+    #[cfg(test)]
+    pub(crate) fn bucket_totals(&self) -> (u64, u64) {
+        let [a, b] = &self.halves;
+        (
+            a.exact
+                .bucket_total()
+                .saturating_add(b.exact.bucket_total()),
+            a.censored
+                .bucket_total()
+                .saturating_add(b.censored.bucket_total()),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    extern crate std;
+
+    use super::*;
+    use crate::hedge::HedgeConfig;
+
+    fn params(config: HedgeConfig) -> Params {
+        let mapping = CubicMapping::new(config.relative_accuracy).unwrap();
+        Params::new(
+            mapping,
+            config.max_sample_ns,
+            config.rotation(),
+            config.quantile,
+        )
+    }
+
+    #[test]
+    fn the_range_ends_at_max_sample_and_collapses_below() {
+        let p = params(HedgeConfig::DEFAULT);
+        assert_eq!(p.slot(600e9), BUCKETS - 1);
+        // 1 µs is inside the range at the defaults; 1 ns collapses.
+        assert!(p.slot(1_000.0) > 0);
+        assert_eq!(p.slot(1.0), 0);
+        let w = AtomicWindow::new();
+        for v in [0, 1, 1_000, 600_000_000_000] {
+            assert!(w.record(&p, 0, v, true));
+        }
+        assert!(w.record(&p, 0, 5, false));
+        assert_eq!(w.bucket_totals(), (4, 1));
+        assert_eq!((w.count(), w.exact_count()), (5, 4));
+    }
+
+    #[test]
+    fn bucket_totals_are_exact_from_many_threads() {
+        // No rotation: every sample stays in the window.
+        let config = HedgeConfig::DEFAULT
+            .rotation_samples(u64::MAX)
+            .rotation_period_ns(u64::MAX / 4);
+        let p = params(config);
+        let w = AtomicWindow::new();
+        let (threads, per) = if cfg!(miri) {
+            (2u64, 20u64)
+        } else {
+            (4, 20_000)
+        };
+        std::thread::scope(|s| {
+            for t in 0..threads {
+                let (w, p) = (&w, &p);
+                s.spawn(move || {
+                    for i in 0..per {
+                        let exact = (i + t) % 4 != 0;
+                        assert!(w.record(p, t + i, 1_000 + (i % 50) * 1_000, exact));
+                    }
+                });
+            }
+        });
+        let total = threads * per;
+        let (exact, censored) = w.bucket_totals();
+        assert_eq!(exact + censored, total);
+        assert_eq!((w.count(), w.exact_count()), (total, exact));
+        assert_eq!(
+            exact,
+            (0..threads)
+                .map(|t| (0..per).filter(|i| (i + t) % 4 != 0).count() as u64)
+                .sum::<u64>()
+        );
+        assert_eq!(w.rotations(), 0);
+        // The estimate over them: 1..=50 µs, a quarter censored, so the
+        // p90 lies above the exact samples' own (46 µs).
+        let q = w.cached_quantile().unwrap();
+        assert!((46_000..=50_500).contains(&q), "{q}");
+    }
+
+    #[test]
+    fn rotation_keeps_the_previous_half_and_counts_stay_exact() {
+        let config = HedgeConfig::DEFAULT.rotation_samples(100).min_samples(1);
+        let p = params(config);
+        let w = AtomicWindow::new();
+        let (threads, per) = if cfg!(miri) {
+            (2u64, 60u64)
+        } else {
+            (4, 5_000)
+        };
+        std::thread::scope(|s| {
+            for t in 0..threads {
+                let (w, p) = (&w, &p);
+                s.spawn(move || {
+                    for i in 0..per {
+                        w.record(p, t + i, 2_000, true);
+                    }
+                });
+            }
+        });
+        // Rotations happened and the estimate is whole. (How many samples
+        // survive the last rotations depends on the interleaving: a writer
+        // preempted across two rotations may add to a half being cleared.)
+        assert!(w.rotations() > 0);
+        let (exact, censored) = w.bucket_totals();
+        assert_eq!(censored, 0);
+        assert!(exact > 0 && exact < threads * per, "{exact}");
+        assert!(w.cached_quantile().unwrap().abs_diff(2_000) <= 20);
+    }
+}

@@ -1,0 +1,48 @@
+//! The layer's error.
+
+use core::fmt;
+
+/// Why a hedged request failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HedgeError<E> {
+    /// An attempt failed (a fatal failure, or the last attempt standing
+    /// failed with nothing left to send), with the inner service's error.
+    Service(E),
+    /// The hedger's [`deadline_ns`](crate::hedge::HedgeConfig::deadline_ns)
+    /// passed before any attempt answered.
+    Deadline,
+    /// The policy refused to copy a request it had copied before, and no
+    /// attempt was left in flight.
+    NotCloned,
+}
+
+impl<E> HedgeError<E> {
+    /// The inner service's error, if that is what this is.
+    pub fn into_service(self) -> Option<E> {
+        match self {
+            Self::Service(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl<E: fmt::Display> fmt::Display for HedgeError<E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Service(e) => write!(f, "hedged request failed: {e}"),
+            Self::Deadline => f.write_str("hedged request gave up: the hedger's deadline passed"),
+            Self::NotCloned => f.write_str(
+                "hedged request failed: the policy refused to copy it for another attempt",
+            ),
+        }
+    }
+}
+
+impl<E: core::error::Error + 'static> core::error::Error for HedgeError<E> {
+    fn source(&self) -> Option<&(dyn core::error::Error + 'static)> {
+        match self {
+            Self::Service(e) => Some(e),
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,343 @@
+//! The race behind one call: attempts, the hedge timer, and the hedger's
+//! decisions.
+
+use core::future::Future;
+use core::pin::Pin;
+use core::task::{Context, Poll};
+use std::boxed::Box;
+use std::vec::Vec;
+
+use pin_project_lite::pin_project;
+use tokio::time::{sleep_until, Sleep};
+use tower_service::Service;
+
+use super::clock::TokioClock;
+use super::error::HedgeError;
+use super::policy::{CommitSignal, Policy};
+use crate::budget::HedgeBudget;
+use crate::guard::RequestGuard;
+use crate::hedge::{Attempt, CommitOutcome, Failure, FailureOutcome, TimerAction};
+
+pin_project! {
+    /// One attempt: waiting for its service to be ready (extra attempts),
+    /// then the call, then the commit signal.
+    #[project = AttemptProj]
+    pub(crate) enum AttemptFuture<S, Req, F>
+    where
+        S: Service<Req>,
+    {
+        Waiting { service: S, request: Option<Req> },
+        Calling { #[pin] future: S::Future },
+        Committing { #[pin] commit: F },
+        Done,
+    }
+}
+
+impl<S, Req, F> AttemptFuture<S, Req, F>
+where
+    S: Service<Req>,
+    F: Future<Output = Result<S::Response, S::Error>>,
+{
+    /// The primary: already called on a ready service.
+    pub(crate) fn calling(future: S::Future) -> Self {
+        Self::Calling { future }
+    }
+
+    /// Polls the attempt to its commit signal (or its error); `Pending`
+    /// forever once done.
+    fn poll_attempt<C>(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        signal: &C,
+    ) -> Poll<Result<S::Response, S::Error>>
+    where
+        C: CommitSignal<S::Response, S::Error, Future = F>,
+    {
+        loop {
+            match self.as_mut().project() {
+                AttemptProj::Waiting { service, request } => {
+                    if let Err(e) = core::task::ready!(service.poll_ready(cx)) {
+                        self.set(Self::Done);
+                        return Poll::Ready(Err(e));
+                    }
+                    let Some(request) = request.take() else {
+                        self.set(Self::Done);
+                        return Poll::Pending;
+                    };
+                    let future = service.call(request);
+                    self.set(Self::Calling { future });
+                }
+                AttemptProj::Calling { future } => match core::task::ready!(future.poll(cx)) {
+                    Ok(response) => {
+                        let commit = signal.commit(response);
+                        self.set(Self::Committing { commit });
+                    }
+                    Err(e) => {
+                        self.set(Self::Done);
+                        return Poll::Ready(Err(e));
+                    }
+                },
+                AttemptProj::Committing { commit } => {
+                    let result = core::task::ready!(commit.poll(cx));
+                    self.set(Self::Done);
+                    return Poll::Ready(result);
+                }
+                AttemptProj::Done => return Poll::Pending,
+            }
+        }
+    }
+}
+
+/// The hedge timer, built (boxed: it is large, and rare) only when a hedge
+/// is first due, then moved as the hedger says.
+#[derive(Debug, Default)]
+struct Timer(Option<(Pin<Box<Sleep>>, u64)>);
+
+impl Timer {
+    /// Polls a timer armed at `at` (clock nanoseconds), arming or moving
+    /// it first. Ready once `at` has passed.
+    fn poll_at(&mut self, cx: &mut Context<'_>, clock: &TokioClock, at: u64) -> Poll<()> {
+        let Some(deadline) = clock.instant(at) else {
+            return Poll::Pending; // beyond any `Instant`: never
+        };
+        let (sleep, armed) = self
+            .0
+            .get_or_insert_with(|| (Box::pin(sleep_until(deadline)), at));
+        if *armed != at {
+            *armed = at;
+            sleep.as_mut().reset(deadline);
+        }
+        sleep.as_mut().poll(cx)
+    }
+}
+
+/// What extra attempts are made from: a service to clone and a copy of the
+/// request.
+#[derive(Debug)]
+pub(crate) struct Spare<S, Req> {
+    pub(crate) service: S,
+    pub(crate) request: Req,
+}
+
+/// An extra attempt, boxed: extra attempts are rare, and boxing them keeps
+/// the common path (the primary alone) free of allocation.
+type Extra<S, Req, F> = (Attempt, Pin<Box<AttemptFuture<S, Req, F>>>);
+
+pin_project! {
+    /// The response future of [`HedgeService`](super::HedgeService): races
+    /// the attempts the hedger releases and resolves with the first one
+    /// that gives its commit signal. Dropping it drops every attempt
+    /// (cancelling them) and gives the request up in the hedger (see
+    /// [`RequestGuard`]).
+    ///
+    /// `G` is the request's [`RequestGuard<TokioClock, B, T>`] (a type
+    /// parameter because `pin-project-lite` takes no const generics).
+    pub struct ResponseFuture<S, Req, P, C, G>
+    where
+        S: Service<Req>,
+        C: CommitSignal<S::Response, S::Error>,
+    {
+        #[pin]
+        primary: AttemptFuture<S, Req, C::Future>,
+        extras: Vec<Extra<S, Req, C::Future>>,
+        timer: Timer,
+        spare: Option<Spare<S, Req>>,
+        guard: G,
+        policy: P,
+        signal: C,
+    }
+}
+
+impl<S, Req, P, C, B, const T: usize> ResponseFuture<S, Req, P, C, RequestGuard<TokioClock, B, T>>
+where
+    S: Service<Req>,
+    C: CommitSignal<S::Response, S::Error>,
+    B: HedgeBudget,
+{
+    pub(crate) fn new(
+        primary: S::Future,
+        spare: Option<Spare<S, Req>>,
+        guard: RequestGuard<TokioClock, B, T>,
+        policy: P,
+        signal: C,
+    ) -> Self {
+        Self {
+            primary: AttemptFuture::calling(primary),
+            extras: Vec::new(),
+            timer: Timer(None),
+            spare,
+            guard,
+            policy,
+            signal,
+        }
+    }
+}
+
+/// Where an attempt's result leaves the race.
+enum Settled<R, E> {
+    /// The race goes on.
+    Racing,
+    /// The request is over with this result.
+    Over(Result<R, HedgeError<E>>),
+}
+
+impl<S, Req, P, C, B, const T: usize> Future
+    for ResponseFuture<S, Req, P, C, RequestGuard<TokioClock, B, T>>
+where
+    S: Service<Req> + Clone,
+    P: Policy<Req, S::Error>,
+    C: CommitSignal<S::Response, S::Error>,
+    B: HedgeBudget,
+{
+    type Output = Result<S::Response, HedgeError<S::Error>>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut this = self.project();
+        loop {
+            // The primary first: with no hedge sent, it is all there is.
+            if let Poll::Ready(result) = this.primary.as_mut().poll_attempt(cx, this.signal) {
+                let mut launch = Launch {
+                    extras: this.extras,
+                    spare: this.spare,
+                    guard: this.guard,
+                    policy: this.policy,
+                };
+                if let Settled::Over(result) = launch.settle(Attempt::PRIMARY, result) {
+                    // Cancel the others now, not when the caller drops us.
+                    this.extras.clear();
+                    return Poll::Ready(result);
+                }
+            }
+            // Extra attempts; those launched while polling are polled in
+            // the same pass (their first poll registers the waker).
+            let mut i = 0;
+            while let Some((attempt, future)) = this.extras.get_mut(i) {
+                let attempt = *attempt;
+                let Poll::Ready(result) = future.as_mut().poll_attempt(cx, this.signal) else {
+                    i = i.saturating_add(1);
+                    continue;
+                };
+                this.extras.swap_remove(i);
+                let mut launch = Launch {
+                    extras: this.extras,
+                    spare: this.spare,
+                    guard: this.guard,
+                    policy: this.policy,
+                };
+                if let Settled::Over(result) = launch.settle(attempt, result) {
+                    this.extras.clear();
+                    this.primary.set(AttemptFuture::Done);
+                    return Poll::Ready(result);
+                }
+            }
+            // The timer, only while one is due: none is built for a
+            // request that will not hedge, or answers before its delay.
+            let Some(at) = this.guard.next_timer() else {
+                return Poll::Pending;
+            };
+            let clock = *this.guard.clock();
+            if this.timer.poll_at(cx, &clock, at).is_pending() {
+                return Poll::Pending;
+            }
+            match this.guard.on_timer() {
+                TimerAction::SendHedge(attempt) => {
+                    let mut launch = Launch {
+                        extras: this.extras,
+                        spare: this.spare,
+                        guard: this.guard,
+                        policy: this.policy,
+                    };
+                    if let Settled::Over(result) = launch.send(attempt) {
+                        return Poll::Ready(result);
+                    }
+                }
+                TimerAction::GiveUp { .. } => return Poll::Ready(Err(HedgeError::Deadline)),
+                // Re-armed at the new `next_timer` on the next pass.
+                TimerAction::Wait { .. } | TimerAction::Skip(_) => {}
+            }
+        }
+    }
+}
+
+/// The fields an event needs to launch attempts.
+struct Launch<'a, S: Service<Req>, Req, P, F, B: HedgeBudget, const T: usize> {
+    extras: &'a mut Vec<Extra<S, Req, F>>,
+    spare: &'a mut Option<Spare<S, Req>>,
+    guard: &'a mut RequestGuard<TokioClock, B, T>,
+    policy: &'a P,
+}
+
+impl<S, Req, P, F, B, const T: usize> Launch<'_, S, Req, P, F, B, T>
+where
+    S: Service<Req> + Clone,
+    P: Policy<Req, S::Error>,
+    F: Future<Output = Result<S::Response, S::Error>>,
+    B: HedgeBudget,
+{
+    /// Reports `attempt`'s result to the hedger and acts on its decision.
+    fn settle(
+        &mut self,
+        attempt: Attempt,
+        result: Result<S::Response, S::Error>,
+    ) -> Settled<S::Response, S::Error> {
+        match result {
+            Ok(response) => match self.guard.on_commit(attempt) {
+                CommitOutcome::Won { .. } => Settled::Over(Ok(response)),
+                // Cannot happen while racing; the answer is not ours.
+                CommitOutcome::Late | CommitOutcome::Unknown => Settled::Racing,
+            },
+            Err(error) => {
+                let failure = self.policy.failure(&error);
+                match self.guard.on_failure(attempt, failure) {
+                    FailureOutcome::SendNow(next) => match self.send(next) {
+                        Settled::Over(Err(HedgeError::NotCloned)) => {
+                            Settled::Over(Err(HedgeError::Service(error)))
+                        }
+                        settled => settled,
+                    },
+                    FailureOutcome::Continue => Settled::Racing,
+                    FailureOutcome::GiveUp { .. } => Settled::Over(Err(HedgeError::Service(error))),
+                    FailureOutcome::Ignored => {
+                        if self.guard.request().in_flight().is_empty() {
+                            Settled::Over(Err(HedgeError::Service(error)))
+                        } else {
+                            Settled::Racing
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Sends `attempt`, which the hedger released: a copy of the spare
+    /// request on a clone of the spare service, routed by the policy.
+    fn send(&mut self, attempt: Attempt) -> Settled<S::Response, S::Error> {
+        let mut next = Some(attempt);
+        while let Some(attempt) = next.take() {
+            let copy = self
+                .spare
+                .as_ref()
+                .and_then(|s| Some((s.service.clone(), self.policy.clone_request(&s.request)?)));
+            if let Some((service, mut request)) = copy {
+                let target = self.policy.route(&mut request, attempt);
+                if target != self.guard.request().target() {
+                    self.guard.route(attempt, target);
+                }
+                let future = AttemptFuture::Waiting {
+                    service,
+                    request: Some(request),
+                };
+                self.extras.push((attempt, Box::pin(future)));
+                continue;
+            }
+            // The policy broke its promise: this attempt never went out.
+            *self.spare = None;
+            match self.guard.on_failure(attempt, Failure::Retryable) {
+                FailureOutcome::SendNow(again) => next = Some(again),
+                FailureOutcome::GiveUp { .. } => return Settled::Over(Err(HedgeError::NotCloned)),
+                FailureOutcome::Continue | FailureOutcome::Ignored => {}
+            }
+        }
+        Settled::Racing
+    }
+}

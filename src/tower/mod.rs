@@ -1,0 +1,99 @@
+//! A [tower] layer that hedges requests (feature `tower`).
+//!
+//! [`HedgeLayer`] wraps a service in [`HedgeService`]: each call sends the
+//! primary at once and, while no attempt has answered, sends the hedges the
+//! [`SharedHedger`](crate::hedge::SharedHedger) releases — at its adaptive
+//! delay, within its budget and in-flight cap — on tokio timers. The first
+//! attempt to give its *commit signal* wins; the losers are cancelled by
+//! dropping their futures. The hedger learns from every attempt exactly as
+//! [`crate::hedge`] describes (winner exact, losers censored, failures
+//! nothing), timed by the same signal that decides the race.
+//!
+//! The caller's [`Policy`] says which requests may be duplicated (nothing
+//! is, unless it says so), how to copy one, which target each attempt goes
+//! to, and which errors are worth another attempt; a [`CommitSignal`] says
+//! when a response counts as answered (by default, [`OnResponse`]: as soon
+//! as the inner service returns it — for HTTP, the headers; a hook for the
+//! first body frame or first token).
+//!
+//! ```
+//! use std::sync::atomic::{AtomicU32, Ordering};
+//! use std::sync::Arc;
+//! use std::time::Duration;
+//! use tailguard::hedge::{HedgeConfig, SharedHedger};
+//! use tailguard::tower::{AllIdempotent, HedgeLayer};
+//! use tokio::time::{sleep, Instant};
+//! use tower::{service_fn, Layer, ServiceExt};
+//!
+//! // (Paused clock: the example's sleeps take no real time.)
+//! # #[tokio::main(flavor = "current_thread", start_paused = true)]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! // Until 20 answers are in, hedge after a 5 ms prior delay.
+//! let config = HedgeConfig::DEFAULT.prior_delay_ns(5_000_000);
+//! let hedger = Arc::new(SharedHedger::new(config)?);
+//! // A backend answering in 1 ms, but its 11th call straggles for 100 ms.
+//! let calls = Arc::new(AtomicU32::new(0));
+//! let backend = service_fn(move |key: u32| {
+//!     let n = calls.fetch_add(1, Ordering::Relaxed);
+//!     async move {
+//!         sleep(Duration::from_millis(if n == 10 { 100 } else { 1 })).await;
+//!         Ok::<_, std::convert::Infallible>(key * 2)
+//!     }
+//! });
+//! // Every request here is a read: `AllIdempotent` may copy them all.
+//! let service = HedgeLayer::new(Arc::clone(&hedger), AllIdempotent).layer(backend);
+//!
+//! // The default budget lets hedges add 15 % to the traffic: ten requests
+//! // earn one and a half.
+//! for key in 0..10 {
+//!     assert_eq!(service.clone().oneshot(key).await?, key * 2);
+//! }
+//! // The straggler: hedged at 5 ms, the hedge answers 1 ms later and the
+//! // straggling attempt is dropped.
+//! let started = Instant::now();
+//! assert_eq!(service.clone().oneshot(21).await?, 42);
+//! assert_eq!(started.elapsed(), Duration::from_millis(6));
+//! let stats = hedger.stats();
+//! assert_eq!((stats.hedges_sent, stats.hedge_wins), (1, 1));
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Costs
+//! A request that answers before its hedge delay, or that will not hedge,
+//! reads the clock twice (start, commit), builds no timer and allocates
+//! nothing; a duplicable one keeps one copy of the request and one clone
+//! of the inner service to make extra attempts from. Extra attempts are
+//! boxed. See `benches/tower.rs` and the README for measurements.
+//!
+//! # Readiness
+//! See [`HedgeService`]: the primary uses the service readied by
+//! `poll_ready`; each extra attempt waits for its own clone's readiness.
+//!
+//! # Cancellation
+//! Dropping the response future — a `select!` that lost, a timeout, an
+//! aborted task — drops every attempt and gives the request up in the
+//! hedger at once ([`crate::guard::RequestGuard`]): its hedges leave the
+//! in-flight count and its attempts are recorded as censored.
+//!
+//! # Errors
+//! [`HedgeError`]: an attempt's error as [`Policy::failure`] classifies it
+//! (a fatal one fails the request; a retryable one sends another attempt
+//! at once, budget and `max_retries` permitting, and fails the request
+//! only when none is left), or the hedger's deadline.
+//!
+//! [tower]: https://docs.rs/tower
+
+mod clock;
+mod error;
+mod future;
+mod layer;
+mod policy;
+mod service;
+
+pub use clock::TokioClock;
+pub use error::HedgeError;
+pub use future::ResponseFuture;
+pub use layer::HedgeLayer;
+pub use policy::{AllIdempotent, CommitSignal, OnResponse, Policy};
+pub use service::HedgeService;

@@ -1,0 +1,130 @@
+//! The hedging service.
+
+use core::task::{Context, Poll};
+use std::sync::Arc;
+
+use tower_service::Service;
+
+use super::clock::TokioClock;
+use super::error::HedgeError;
+use super::future::{ResponseFuture, Spare};
+use super::policy::{CommitSignal, OnResponse, Policy};
+use crate::budget::{Budget, HedgeBudget};
+use crate::guard::RequestGuard;
+use crate::hedge::SharedHedger;
+use crate::hedge::{Attempt, Idempotency};
+
+/// A [`Service`] that hedges the requests of `S` with a [`SharedHedger`]
+/// under policy `P`, committing on signal `C`; see the [module
+/// docs](super). Build it with [`HedgeLayer`](super::HedgeLayer).
+///
+/// Readiness: [`poll_ready`](Service::poll_ready) is the inner service's,
+/// and the primary is called on that ready service. Each extra attempt
+/// runs on a clone of the inner service made when the request started and
+/// waits for that clone's own `poll_ready` inside the response future — a
+/// hedge honours the inner service's back-pressure (a concurrency limit, a
+/// full pool) instead of bypassing it, and the race goes on while it waits.
+#[derive(Debug)]
+pub struct HedgeService<S, P, C = OnResponse, B: HedgeBudget = Budget, const T: usize = 1> {
+    inner: S,
+    hedger: Arc<SharedHedger<B, T>>,
+    clock: TokioClock,
+    policy: P,
+    signal: C,
+}
+
+impl<S, P, C, B: HedgeBudget, const T: usize> HedgeService<S, P, C, B, T> {
+    /// Hedges `inner`'s requests with `hedger`, timed by `clock` (every
+    /// request of `hedger` must use copies of one clock).
+    pub fn new(
+        inner: S,
+        hedger: Arc<SharedHedger<B, T>>,
+        clock: TokioClock,
+        policy: P,
+        signal: C,
+    ) -> Self {
+        Self {
+            inner,
+            hedger,
+            clock,
+            policy,
+            signal,
+        }
+    }
+
+    /// The hedger (for its statistics).
+    pub fn hedger(&self) -> &Arc<SharedHedger<B, T>> {
+        &self.hedger
+    }
+
+    /// The inner service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The inner service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// The inner service.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
+impl<S: Clone, P: Clone, C: Clone, B: HedgeBudget, const T: usize> Clone
+    for HedgeService<S, P, C, B, T>
+{
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+            hedger: Arc::clone(&self.hedger),
+            clock: self.clock,
+            policy: self.policy.clone(),
+            signal: self.signal.clone(),
+        }
+    }
+}
+
+impl<S, Req, P, C, B, const T: usize> Service<Req> for HedgeService<S, P, C, B, T>
+where
+    S: Service<Req> + Clone,
+    P: Policy<Req, S::Error> + Clone,
+    C: CommitSignal<S::Response, S::Error> + Clone,
+    B: HedgeBudget,
+{
+    type Response = S::Response;
+    type Error = HedgeError<S::Error>;
+    type Future = ResponseFuture<S, Req, P, C, RequestGuard<TokioClock, B, T>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx).map_err(HedgeError::Service)
+    }
+
+    fn call(&mut self, mut request: Req) -> Self::Future {
+        let target = self.policy.route(&mut request, Attempt::PRIMARY);
+        // The copy for extra attempts; no copy, no duplicate.
+        let spare = match self.policy.idempotency(&request) {
+            Idempotency::Idempotent => self.policy.clone_request(&request).map(|copy| Spare {
+                service: self.inner.clone(),
+                request: copy,
+            }),
+            Idempotency::NotIdempotent => None,
+        };
+        let idempotency = if spare.is_some() {
+            Idempotency::Idempotent
+        } else {
+            Idempotency::NotIdempotent
+        };
+        let guard = RequestGuard::start(Arc::clone(&self.hedger), self.clock, target, idempotency);
+        let primary = self.inner.call(request);
+        ResponseFuture::new(
+            primary,
+            spare,
+            guard,
+            self.policy.clone(),
+            self.signal.clone(),
+        )
+    }
+}

@@ -1,0 +1,443 @@
+//! The shared hedger: the same answers as `Hedger` on one thread, exact
+//! counts from many threads, recovery from clock jumps, expiring leases and
+//! targets out of range.
+
+use proptest::prelude::*;
+use tailguard::budget::Budget;
+use tailguard::hedge::{
+    Attempt, CommitOutcome, DelaySource, Failure, HedgeConfig, Hedger, Idempotency, NoHedge, Plan,
+    Request, SharedHedger, TimerAction,
+};
+
+const US: u64 = 1_000;
+const MS: u64 = 1_000 * US;
+const SEC: u64 = 1_000 * MS;
+const IDEMPOTENT: Idempotency = Idempotency::Idempotent;
+
+/// Fewer cases under Miri (`PROPTEST_CASES` still wins).
+fn cases(default: u32) -> ProptestConfig {
+    ProptestConfig::with_cases(if cfg!(miri) { 4 } else { default })
+}
+
+/// One event of a random run; request slots index the live requests.
+#[derive(Clone, Debug)]
+enum Event {
+    /// Time moves by this many µs (negative: the clock steps back).
+    Tick(i64),
+    Start {
+        target: usize,
+        idempotent: bool,
+    },
+    Timer {
+        slot: usize,
+    },
+    Commit {
+        slot: usize,
+        attempt: u8,
+    },
+    Fail {
+        slot: usize,
+        attempt: u8,
+        fatal: bool,
+    },
+    Abandon {
+        slot: usize,
+    },
+    Route {
+        slot: usize,
+        attempt: u8,
+        target: usize,
+    },
+    /// The request is dropped without a final event.
+    Drop {
+        slot: usize,
+    },
+}
+
+fn event(targets: usize) -> impl Strategy<Value = Event> {
+    prop_oneof![
+        6 => prop_oneof![
+            8 => 0i64..3_000,
+            1 => -2_000_000i64..0,
+            1 => 0i64..200_000_000,
+        ]
+        .prop_map(Event::Tick),
+        4 => (0..targets, prop::bool::weighted(0.9))
+            .prop_map(|(target, idempotent)| Event::Start { target, idempotent }),
+        3 => (0..8usize).prop_map(|slot| Event::Timer { slot }),
+        4 => (0..8usize, 0..4u8).prop_map(|(slot, attempt)| Event::Commit { slot, attempt }),
+        1 => (0..8usize, 0..4u8, prop::bool::weighted(0.3))
+            .prop_map(|(slot, attempt, fatal)| Event::Fail { slot, attempt, fatal }),
+        1 => (0..8usize).prop_map(|slot| Event::Abandon { slot }),
+        1 => (0..8usize, 0..4u8, 0..targets)
+            .prop_map(|(slot, attempt, target)| Event::Route { slot, attempt, target }),
+        1 => (0..8usize).prop_map(|slot| Event::Drop { slot }),
+    ]
+}
+
+fn config() -> impl Strategy<Value = HedgeConfig> {
+    (
+        1u64..6,
+        prop::option::of(5u64..60),
+        0u8..3,
+        prop::option::of(1u32..3),
+        prop::option::of(1u64..50),
+        prop::option::of(1u64..20),
+        1u64..100,
+        0u8..3,
+    )
+        .prop_map(
+            |(min_samples, rotation, hedges, cap, deadline_ms, prior_ms, period_ms, retries)| {
+                let mut c = HedgeConfig::DEFAULT
+                    .min_samples(min_samples)
+                    .max_hedges(hedges)
+                    .max_retries(retries)
+                    .rotation_period_ns(period_ms * MS)
+                    .in_flight_lease_ns(40 * MS);
+                if let Some(n) = rotation {
+                    c = c.rotation_samples(n);
+                }
+                if let Some(n) = cap {
+                    c = c.max_hedges_in_flight(n);
+                }
+                if let Some(d) = deadline_ms {
+                    c = c.deadline_ns(d * MS);
+                }
+                if let Some(p) = prior_ms {
+                    c = c.prior_delay_ns(p * MS);
+                }
+                c
+            },
+        )
+}
+
+/// Drives a `Hedger<usize, Budget, T>` and a `SharedHedger<Budget, T>` with
+/// the same events and asserts they answer alike at every step.
+fn run_both<const T: usize>(config: HedgeConfig, events: &[Event]) {
+    let mut plain: Hedger<usize, Budget, T> =
+        Hedger::with_budget(config, Budget::default()).unwrap();
+    let shared: SharedHedger<Budget, T> =
+        SharedHedger::with_budget(config, Budget::default()).unwrap();
+    let mut live: Vec<(Request<usize>, Request<usize>)> = Vec::new();
+    // Multiples of 1 µs: elapsed times are 0 or within the shared key range.
+    let mut now = 10 * SEC;
+    for (step, e) in events.iter().enumerate() {
+        let slot = |s: usize, n: usize| (n > 0).then(|| s % n);
+        match *e {
+            Event::Tick(us) => {
+                now = now.saturating_add_signed(us.saturating_mul(US as i64));
+            }
+            Event::Start { target, idempotent } => {
+                let idem = if idempotent {
+                    IDEMPOTENT
+                } else {
+                    Idempotency::NotIdempotent
+                };
+                let a = plain.start(target, now, idem);
+                let b = shared.start(target, now, idem);
+                assert_eq!(a.plan(), b.plan(), "step {step}");
+                assert_eq!(a.next_timer(), b.next_timer(), "step {step}");
+                if live.len() < 8 {
+                    live.push((a, b));
+                }
+            }
+            Event::Timer { slot: s } => {
+                if let Some(i) = slot(s, live.len()) {
+                    let (a, b) = &mut live[i];
+                    assert_eq!(
+                        plain.on_timer(a, now),
+                        shared.on_timer(b, now),
+                        "step {step}"
+                    );
+                }
+            }
+            Event::Commit { slot: s, attempt } => {
+                if let Some(i) = slot(s, live.len()) {
+                    let (a, b) = &mut live[i];
+                    let x = Attempt(attempt);
+                    assert_eq!(
+                        plain.on_commit(a, x, now),
+                        shared.on_commit(b, x, now),
+                        "step {step}"
+                    );
+                }
+            }
+            Event::Fail {
+                slot: s,
+                attempt,
+                fatal,
+            } => {
+                if let Some(i) = slot(s, live.len()) {
+                    let (a, b) = &mut live[i];
+                    let x = Attempt(attempt);
+                    let f = if fatal {
+                        Failure::Fatal
+                    } else {
+                        Failure::Retryable
+                    };
+                    assert_eq!(
+                        plain.on_failure(a, x, now, f),
+                        shared.on_failure(b, x, now, f),
+                        "step {step}"
+                    );
+                }
+            }
+            Event::Abandon { slot: s } => {
+                if let Some(i) = slot(s, live.len()) {
+                    let (a, b) = &mut live[i];
+                    assert_eq!(plain.abandon(a, now), shared.abandon(b, now), "step {step}");
+                }
+            }
+            Event::Route {
+                slot: s,
+                attempt,
+                target,
+            } => {
+                if let Some(i) = slot(s, live.len()) {
+                    let (a, b) = &mut live[i];
+                    a.route(Attempt(attempt), target);
+                    b.route(Attempt(attempt), target);
+                }
+            }
+            Event::Drop { slot: s } => {
+                if let Some(i) = slot(s, live.len()) {
+                    let _dropped = live.swap_remove(i);
+                }
+            }
+        }
+        for (a, b) in &live {
+            assert_eq!(a.next_timer(), b.next_timer(), "step {step}");
+            assert_eq!(a.is_finished(), b.is_finished(), "step {step}");
+        }
+        live.retain(|(a, _)| !a.is_finished());
+        assert_eq!(plain.stats(), shared.stats(), "step {step}");
+        assert_eq!(
+            plain.budget_stats(&0),
+            Some(shared.budget_stats()),
+            "step {step}"
+        );
+        assert_eq!(
+            plain.hedges_in_flight(now),
+            shared.hedges_in_flight(now),
+            "step {step}"
+        );
+        for t in 0..T {
+            assert_eq!(
+                plain.plan(&t, now),
+                shared.plan(t, now),
+                "step {step}, target {t}"
+            );
+            assert_eq!(
+                plain.delay_ns(&t, now),
+                shared.delay_ns(t, now),
+                "step {step}"
+            );
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(cases(256))]
+
+    #[test]
+    fn one_thread_answers_as_the_hedger_does(
+        config in config(),
+        events in prop::collection::vec(event(1), 1..400),
+    ) {
+        run_both::<1>(config, &events);
+    }
+
+    #[test]
+    fn one_thread_answers_as_the_hedger_does_with_targets(
+        config in config(),
+        events in prop::collection::vec(event(3), 1..400),
+    ) {
+        run_both::<3>(config, &events);
+    }
+}
+
+/// Warm, quick single-thread requests: start, commit after `latency`.
+fn commit_all(h: &SharedHedger<Budget, 2>, target: usize, from: u64, n: u64, latency: u64) {
+    for i in 0..n {
+        let now = from + i * MS;
+        let mut r = h.start(target, now, IDEMPOTENT);
+        assert!(matches!(
+            h.on_commit(&mut r, Attempt::PRIMARY, now + latency),
+            CommitOutcome::Won { .. }
+        ));
+    }
+}
+
+#[test]
+fn counts_are_exact_from_many_threads() {
+    let (threads, per) = if cfg!(miri) {
+        (2u64, 12u64)
+    } else {
+        (4, 4_000)
+    };
+    let config = HedgeConfig::DEFAULT.prior_delay_ns(MS).min_samples(5);
+    let h: SharedHedger<Budget, 2> = SharedHedger::with_budget(config, Budget::default()).unwrap();
+    std::thread::scope(|s| {
+        for t in 0..threads {
+            let h = &h;
+            s.spawn(move || {
+                for i in 0..per {
+                    // Interleaved clocks a little apart, as threads read them.
+                    let now = SEC + i * 100 * US + t * 7 * US;
+                    let target = (i % 2) as usize;
+                    let mut r = h.start(target, now, IDEMPOTENT);
+                    // Every third request waits for its hedge timer, and
+                    // its hedge (if the budget grants one) wins.
+                    let mut done = now + 2 * MS;
+                    let mut winner = Attempt::PRIMARY;
+                    if let Some(at) = r.next_timer().filter(|_| i % 3 == 0) {
+                        if let TimerAction::SendHedge(hedge) = h.on_timer(&mut r, at) {
+                            winner = hedge;
+                        }
+                        done = at + MS;
+                    }
+                    assert!(matches!(
+                        h.on_commit(&mut r, winner, done),
+                        CommitOutcome::Won { .. }
+                    ));
+                }
+            });
+        }
+    });
+    let stats = h.stats();
+    let requests = threads * per;
+    assert_eq!(stats.requests, requests);
+    assert_eq!(stats.primary_wins + stats.hedge_wins, requests);
+    // Each request's winner is exact; a hedged request's loser is censored.
+    assert_eq!(stats.samples, requests);
+    assert_eq!(stats.censored_samples, stats.hedges_sent);
+    assert_eq!(stats.samples_refused + stats.clock_anomalies, 0);
+    let budget = h.budget_stats();
+    assert_eq!(budget.grants, stats.hedges_sent);
+    assert_eq!(budget.denials, stats.budget_denials);
+    // The default ratio budget: 15 % of requests, never more.
+    assert!(budget.grants * 10_000 <= requests * 1_500, "{budget:?}");
+    assert!(stats.hedges_sent > 0 && stats.hedge_wins > 0, "{stats:?}");
+    assert_eq!(h.hedges_in_flight(SEC + per * 100 * US), 0);
+}
+
+#[test]
+fn a_clock_jump_ahead_goes_cold_and_recovers() {
+    let config = HedgeConfig::DEFAULT.min_samples(5).rotation_period_ns(SEC);
+    let h: SharedHedger<Budget, 2> = SharedHedger::with_budget(config, Budget::Unlimited).unwrap();
+    commit_all(&h, 0, SEC, 50, 3 * MS);
+    let warm = h.delay_ns(0, SEC + 50 * MS).expect("warm");
+    assert!(warm.abs_diff(3 * MS) <= 3 * MS / 50, "{warm}");
+    // Two periods without a timestamp: cold, on reads and on starts.
+    let later = 10_000 * SEC;
+    assert_eq!(h.delay_ns(0, later), None);
+    assert_eq!(
+        h.start(0, later, IDEMPOTENT).plan(),
+        Plan::NoHedge(NoHedge::ColdStart)
+    );
+    // It refills after `min_samples` answers, with the new latency only.
+    commit_all(&h, 0, later, 5, 7 * MS);
+    let again = h.delay_ns(0, later + 5 * MS).expect("warm again");
+    assert!(again.abs_diff(7 * MS) <= 7 * MS / 50, "{again}");
+    // A clock stepped back an hour keeps recording and rotating.
+    let back = later - 3_600 * SEC;
+    commit_all(&h, 0, back, 30, 9 * MS);
+    commit_all(&h, 0, back + 2 * SEC, 30, 9 * MS);
+    let after = h.delay_ns(0, back + 3 * SEC).expect("still warm");
+    assert!(after.abs_diff(9 * MS) <= 9 * MS / 50, "{after}");
+}
+
+#[test]
+fn dropped_requests_leases_expire() {
+    let lease = 40 * MS;
+    let config = HedgeConfig::DEFAULT
+        .prior_delay_ns(MS)
+        .max_hedges_in_flight(1)
+        .in_flight_lease_ns(lease);
+    let h: SharedHedger<Budget, 1> = SharedHedger::with_budget(config, Budget::Unlimited).unwrap();
+    let mut r = h.start(0, 0, IDEMPOTENT);
+    assert!(matches!(h.on_timer(&mut r, MS), TimerAction::SendHedge(_)));
+    drop(r); // never finished
+    assert_eq!(h.hedges_in_flight(2 * MS), 1);
+    let mut blocked = h.start(0, 2 * MS, IDEMPOTENT);
+    assert_eq!(
+        h.on_timer(&mut blocked, 3 * MS),
+        TimerAction::Skip(NoHedge::InFlightLimit)
+    );
+    // After the lease the dropped hedge no longer counts.
+    let t = MS + lease;
+    assert_eq!(h.hedges_in_flight(t), 0);
+    let mut next = h.start(0, t, IDEMPOTENT);
+    assert!(matches!(
+        h.on_timer(&mut next, t + MS),
+        TimerAction::SendHedge(_)
+    ));
+    assert_eq!(h.stats().leases_expired, 1);
+}
+
+#[test]
+fn targets_out_of_range_use_the_aggregate() {
+    let config = HedgeConfig::DEFAULT.min_samples(5);
+    let h: SharedHedger<Budget, 2> = SharedHedger::with_budget(config, Budget::Unlimited).unwrap();
+    // Target 7 has no window: its samples warm the aggregate, which serves it.
+    commit_all(&h, 7, SEC, 10, 4 * MS);
+    assert_eq!(h.stats().samples, 10);
+    let now = SEC + 10 * MS;
+    assert!(matches!(
+        h.plan(7, now),
+        Plan::Hedge {
+            source: DelaySource::Aggregate,
+            ..
+        }
+    ));
+    assert!(matches!(
+        h.plan(0, now),
+        Plan::Hedge {
+            source: DelaySource::Aggregate,
+            ..
+        }
+    ));
+    assert_eq!(h.plan(7, now), h.plan(usize::MAX, now));
+    assert_eq!(h.targets(), 2);
+    // With one target, the single window takes every index.
+    let one: SharedHedger = SharedHedger::new(config).unwrap();
+    for i in 0..10 {
+        let mut r = one.start(usize::MAX - i as usize, i * MS, IDEMPOTENT);
+        one.on_commit(&mut r, Attempt::PRIMARY, i * MS + 4 * MS);
+    }
+    assert!(matches!(
+        one.plan(3, 10 * MS),
+        Plan::Hedge {
+            source: DelaySource::Target,
+            ..
+        }
+    ));
+    // A hedge routed to another target records its latency there.
+    let routed: SharedHedger<Budget, 2> =
+        SharedHedger::with_budget(config.prior_delay_ns(MS), Budget::Unlimited).unwrap();
+    for i in 0..10 {
+        let now = SEC + i * 10 * MS;
+        let mut r = routed.start(0, now, IDEMPOTENT);
+        let at = r.next_timer().expect("a prior delay hedges");
+        let TimerAction::SendHedge(hedge) = routed.on_timer(&mut r, at) else {
+            panic!("a prior delay hedges");
+        };
+        r.route(hedge, 1);
+        routed.on_commit(&mut r, hedge, at + 2 * MS);
+    }
+    let now = SEC + 100 * MS;
+    assert!(matches!(
+        routed.plan(1, now),
+        Plan::Hedge {
+            source: DelaySource::Target,
+            ..
+        }
+    ));
+    assert!(matches!(
+        routed.plan(0, now),
+        Plan::Hedge {
+            source: DelaySource::Aggregate,
+            ..
+        }
+    ));
+}

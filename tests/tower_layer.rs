@@ -1,0 +1,529 @@
+//! The tower layer over a mock backend on tokio's paused clock: every time
+//! below is exact virtual time, so the tests are deterministic.
+#![cfg(feature = "tower")]
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use tailguard::hedge::SharedHedger;
+use tailguard::hedge::{Failure, HedgeConfig, Idempotency};
+use tailguard::tower::{AllIdempotent, HedgeError, HedgeLayer, Policy};
+use tailguard::Budget;
+use tokio::time::{sleep, Instant};
+use tower::{Layer, Service, ServiceExt};
+
+const MS: u64 = 1_000_000;
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+/// What the backend does with one attempt.
+#[derive(Clone, Copy, Debug)]
+enum Reply {
+    /// Answers after this long.
+    After(Duration),
+    /// Fails after this long.
+    FailAfter(Duration, Failure),
+}
+
+/// The backend's error: how the test wants it classified.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct BackendError(Failure);
+
+/// What the backend saw.
+#[derive(Debug, Default)]
+struct Log {
+    /// (request, attempt number at the backend, when it was called).
+    calls: Vec<(u64, u32, Instant)>,
+    /// Attempts whose future was dropped before it finished.
+    dropped: Vec<(u64, u32)>,
+    per_request: HashMap<u64, u32>,
+}
+
+type Script = Arc<dyn Fn(u64, u32) -> Reply + Send + Sync>;
+
+/// A backend whose answer to the `n`-th call for request `id` is
+/// `script(id, n)`; it logs calls and cancellations.
+#[derive(Clone)]
+struct Backend {
+    log: Arc<Mutex<Log>>,
+    script: Script,
+}
+
+impl Backend {
+    fn new(script: impl Fn(u64, u32) -> Reply + Send + Sync + 'static) -> Self {
+        Self {
+            log: Arc::default(),
+            script: Arc::new(script),
+        }
+    }
+
+    fn calls(&self) -> Vec<(u64, u32, Instant)> {
+        self.log.lock().unwrap().calls.clone()
+    }
+
+    fn dropped(&self) -> Vec<(u64, u32)> {
+        self.log.lock().unwrap().dropped.clone()
+    }
+}
+
+/// Logs the attempt as dropped unless it finished.
+struct DropFlag {
+    log: Arc<Mutex<Log>>,
+    key: (u64, u32),
+    finished: bool,
+}
+
+impl Drop for DropFlag {
+    fn drop(&mut self) {
+        if !self.finished {
+            self.log.lock().unwrap().dropped.push(self.key);
+        }
+    }
+}
+
+impl Service<u64> for Backend {
+    type Response = (u64, u32);
+    type Error = BackendError;
+    type Future = Pin<Box<dyn Future<Output = Result<(u64, u32), BackendError>> + Send>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), BackendError>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, id: u64) -> Self::Future {
+        let n = {
+            let mut log = self.log.lock().unwrap();
+            let n = *log
+                .per_request
+                .entry(id)
+                .and_modify(|n| *n += 1)
+                .or_insert(0);
+            log.calls.push((id, n, Instant::now()));
+            n
+        };
+        let reply = (self.script)(id, n);
+        let flag = DropFlag {
+            log: Arc::clone(&self.log),
+            key: (id, n),
+            finished: false,
+        };
+        Box::pin(async move {
+            let mut flag = flag; // the whole flag, not just the field
+            let result = match reply {
+                Reply::After(d) => {
+                    sleep(d).await;
+                    Ok((id, n))
+                }
+                Reply::FailAfter(d, f) => {
+                    sleep(d).await;
+                    Err(BackendError(f))
+                }
+            };
+            flag.finished = true;
+            result
+        })
+    }
+}
+
+/// Duplicates even ids only; classifies errors as the backend says.
+#[derive(Clone, Copy)]
+struct EvenIdempotent;
+
+impl Policy<u64, BackendError> for EvenIdempotent {
+    fn idempotency(&self, id: &u64) -> Idempotency {
+        if id.is_multiple_of(2) {
+            Idempotency::Idempotent
+        } else {
+            Idempotency::NotIdempotent
+        }
+    }
+
+    fn clone_request(&self, id: &u64) -> Option<u64> {
+        Some(*id)
+    }
+
+    fn failure(&self, error: &BackendError) -> Failure {
+        error.0
+    }
+}
+
+/// A 5 ms prior delay, unlimited budget.
+fn hedger(config: HedgeConfig) -> Arc<SharedHedger<Budget>> {
+    Arc::new(SharedHedger::with_budget(config, Budget::Unlimited).unwrap())
+}
+
+fn prior_5ms() -> HedgeConfig {
+    HedgeConfig::DEFAULT.prior_delay_ns(5 * MS)
+}
+
+#[tokio::test(start_paused = true)]
+async fn hedge_fires_at_the_delay_and_the_loser_is_dropped() {
+    let backend = Backend::new(|_, n| Reply::After(ms(if n == 0 { 100 } else { 2 })));
+    let hedger = hedger(prior_5ms());
+    let layer = HedgeLayer::new(Arc::clone(&hedger), EvenIdempotent);
+    let t0 = Instant::now();
+    let answer = layer.layer(backend.clone()).oneshot(4).await.unwrap();
+    assert_eq!(answer, (4, 1), "the hedge answered");
+    assert_eq!(
+        t0.elapsed(),
+        ms(7),
+        "hedge sent at 5 ms, answered 2 ms later"
+    );
+    let calls = backend.calls();
+    assert_eq!(calls.len(), 2);
+    assert_eq!(calls[1].2 - t0, ms(5), "the hedge fires at the delay");
+    assert_eq!(backend.dropped(), [(4, 0)], "the primary was cancelled");
+    let stats = hedger.stats();
+    assert_eq!(
+        (
+            stats.hedges_sent,
+            stats.hedge_wins,
+            stats.samples,
+            stats.censored_samples
+        ),
+        (1, 1, 1, 1)
+    );
+    assert_eq!(hedger.hedges_in_flight(u64::MAX / 2), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_primary_faster_than_the_delay_is_never_hedged() {
+    let backend = Backend::new(|_, _| Reply::After(ms(3)));
+    let hedger = hedger(prior_5ms());
+    let mut service = HedgeLayer::new(Arc::clone(&hedger), EvenIdempotent).layer(backend.clone());
+    for id in (0..20).map(|i| i * 2) {
+        let t0 = Instant::now();
+        assert_eq!(
+            service.ready().await.unwrap().call(id).await.unwrap(),
+            (id, 0)
+        );
+        assert_eq!(t0.elapsed(), ms(3));
+    }
+    assert_eq!(backend.calls().len(), 20);
+    assert!(backend.dropped().is_empty());
+    let stats = hedger.stats();
+    assert_eq!(
+        (stats.hedges_sent, stats.samples, stats.censored_samples),
+        (0, 20, 0)
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn not_idempotent_requests_are_never_duplicated() {
+    // Odd ids are not idempotent: slow, or failing with a retryable error,
+    // they are sent once.
+    let backend = Backend::new(|id, _| {
+        if id % 4 == 1 {
+            Reply::After(ms(100))
+        } else {
+            Reply::FailAfter(ms(1), Failure::Retryable)
+        }
+    });
+    let hedger = hedger(prior_5ms());
+    let mut service = HedgeLayer::new(Arc::clone(&hedger), EvenIdempotent).layer(backend.clone());
+    for id in [1, 3, 5, 7] {
+        let result = service.ready().await.unwrap().call(id).await;
+        if id % 4 == 1 {
+            assert_eq!(result.unwrap(), (id, 0));
+        } else {
+            assert_eq!(
+                result.unwrap_err(),
+                HedgeError::Service(BackendError(Failure::Retryable))
+            );
+        }
+    }
+    assert_eq!(backend.calls().len(), 4, "one call per request");
+    let stats = hedger.stats();
+    assert_eq!(
+        (
+            stats.hedges_sent,
+            stats.retries_released,
+            stats.not_idempotent
+        ),
+        (0, 0, 4)
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn dropping_the_response_future_cancels_every_attempt() {
+    let backend = Backend::new(|_, _| Reply::After(ms(100)));
+    let hedger = hedger(prior_5ms());
+    let service = HedgeLayer::new(Arc::clone(&hedger), AllIdempotent).layer(backend.clone());
+    let t0 = Instant::now();
+    // The caller's own timeout: the hedge went out at 5 ms, both are
+    // pending at 8 ms.
+    let outcome = tokio::time::timeout(ms(8), service.oneshot(2)).await;
+    assert!(outcome.is_err());
+    assert_eq!(t0.elapsed(), ms(8));
+    let mut dropped = backend.dropped();
+    dropped.sort_unstable();
+    assert_eq!(dropped, [(2, 0), (2, 1)], "both attempts cancelled");
+    // The hedger gave the request up at once: nothing in flight (the lease
+    // is 10 s), both attempts censored, nothing exact.
+    assert_eq!(hedger.hedges_in_flight(0), 0);
+    let stats = hedger.stats();
+    assert_eq!(
+        (
+            stats.hedges_sent,
+            stats.samples,
+            stats.censored_samples,
+            stats.gave_up
+        ),
+        (1, 0, 2, 1)
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_budget_caps_hedges() {
+    // Every primary straggles; the default budget allows 15 % of traffic.
+    // (The prior delay stays in force: this is about the budget alone.)
+    let backend = Backend::new(|_, n| Reply::After(ms(if n == 0 { 50 } else { 1 })));
+    let hedger = Arc::new(SharedHedger::new(prior_5ms().min_samples(1_000_000)).unwrap());
+    let mut service = HedgeLayer::new(Arc::clone(&hedger), AllIdempotent).layer(backend.clone());
+    const N: u64 = 200;
+    for id in 0..N {
+        service.ready().await.unwrap().call(id).await.unwrap();
+    }
+    let stats = hedger.stats();
+    let budget = hedger.budget_stats();
+    assert_eq!(stats.hedges_sent, budget.grants);
+    assert!(stats.budget_denials > 0);
+    assert!(
+        stats.hedges_sent * 100 <= N * 15,
+        "{} hedges",
+        stats.hedges_sent
+    );
+    assert!(
+        stats.hedges_sent * 100 >= N * 14,
+        "the budget is used: {}",
+        stats.hedges_sent
+    );
+    assert_eq!(backend.calls().len() as u64, N + stats.hedges_sent);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_retryable_failure_sends_the_next_attempt_at_once() {
+    // The primary fails after 1 ms: a retry goes out at once (no hedge was
+    // in flight), well before the 5 ms delay.
+    let backend = Backend::new(|_, n| match n {
+        0 => Reply::FailAfter(ms(1), Failure::Retryable),
+        _ => Reply::After(ms(2)),
+    });
+    let hedger = hedger(prior_5ms());
+    let service = HedgeLayer::new(Arc::clone(&hedger), EvenIdempotent).layer(backend.clone());
+    let t0 = Instant::now();
+    assert_eq!(service.oneshot(6).await.unwrap(), (6, 1));
+    assert_eq!(t0.elapsed(), ms(3));
+    assert_eq!(backend.calls()[1].2 - t0, ms(1));
+    let stats = hedger.stats();
+    assert_eq!(
+        (stats.retries_released, stats.hedges_sent, stats.samples),
+        (1, 0, 1)
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_fatal_failure_fails_the_request_and_cancels_the_rest() {
+    // The hedge fails fatally while the primary is still pending.
+    let backend = Backend::new(|_, n| match n {
+        0 => Reply::After(ms(100)),
+        _ => Reply::FailAfter(ms(1), Failure::Fatal),
+    });
+    let hedger = hedger(prior_5ms());
+    let service = HedgeLayer::new(Arc::clone(&hedger), EvenIdempotent).layer(backend.clone());
+    let t0 = Instant::now();
+    let error = service.oneshot(8).await.unwrap_err();
+    assert_eq!(error, HedgeError::Service(BackendError(Failure::Fatal)));
+    assert_eq!(t0.elapsed(), ms(6));
+    assert_eq!(backend.dropped(), [(8, 0)]);
+    let stats = hedger.stats();
+    assert_eq!(
+        (stats.samples, stats.censored_samples, stats.gave_up),
+        (0, 1, 1)
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_deadline_fails_the_request() {
+    let backend = Backend::new(|_, _| Reply::After(ms(100)));
+    let hedger = hedger(prior_5ms().deadline_ns(20 * MS));
+    let service = HedgeLayer::new(Arc::clone(&hedger), AllIdempotent).layer(backend.clone());
+    let t0 = Instant::now();
+    assert_eq!(service.oneshot(10).await.unwrap_err(), HedgeError::Deadline);
+    assert_eq!(t0.elapsed(), ms(20));
+    assert_eq!(backend.dropped().len(), 2);
+    assert_eq!(hedger.stats().censored_samples, 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_commit_signal_decides_the_race() {
+    // Attempt 0 answers its headers first (1 ms) but its first token comes
+    // 50 ms later; the hedge (sent at 5 ms) has headers at 2 ms and its
+    // first token 1 ms after: with the first token as the commit signal,
+    // the hedge wins at 8 ms.
+    let backend = Backend::new(|_, n| Reply::After(ms(if n == 0 { 1 } else { 2 })));
+    let hedger = hedger(prior_5ms());
+    let first_token = |(id, n): (u64, u32)| async move {
+        sleep(ms(if n == 0 { 50 } else { 1 })).await;
+        Ok::<_, BackendError>((id, n))
+    };
+    let service = HedgeLayer::new(Arc::clone(&hedger), AllIdempotent)
+        .commit_signal(first_token)
+        .layer(backend.clone());
+    let t0 = Instant::now();
+    assert_eq!(service.oneshot(12).await.unwrap(), (12, 1));
+    assert_eq!(t0.elapsed(), ms(8));
+    let stats = hedger.stats();
+    assert_eq!(
+        (stats.hedge_wins, stats.samples, stats.censored_samples),
+        (1, 1, 1)
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn hedges_wait_for_their_own_readiness() {
+    // One call at a time across every clone of the service (one shared
+    // semaphore): the hedge's clone waits for a permit the primary holds,
+    // and is dropped, never called, when the primary answers.
+    let backend = Backend::new(|_, n| Reply::After(ms(if n == 0 { 30 } else { 1 })));
+    let limited = tower::limit::GlobalConcurrencyLimitLayer::new(1).layer(backend.clone());
+    let hedger = hedger(prior_5ms());
+    let service = HedgeLayer::new(Arc::clone(&hedger), AllIdempotent).layer(limited);
+    let t0 = Instant::now();
+    assert_eq!(service.oneshot(14).await.unwrap(), (14, 0));
+    assert_eq!(t0.elapsed(), ms(30), "the hedge could not get a permit");
+    assert_eq!(backend.calls().len(), 1, "never called past the limit");
+    assert_eq!(hedger.stats().hedges_sent, 1);
+}
+
+/// The side-by-side backend: lognormal latency (mean 5 ms, sd 2 ms) per
+/// attempt, one attempt in 20 ten times slower, from a seeded generator.
+#[derive(Clone)]
+struct Lognormal {
+    rng: Arc<Mutex<rand::rngs::StdRng>>,
+    calls: Arc<Mutex<u64>>,
+}
+
+impl Lognormal {
+    fn new(seed: u64) -> Self {
+        use rand::SeedableRng;
+        Self {
+            rng: Arc::new(Mutex::new(rand::rngs::StdRng::seed_from_u64(seed))),
+            calls: Arc::default(),
+        }
+    }
+
+    fn calls(&self) -> u64 {
+        *self.calls.lock().unwrap()
+    }
+}
+
+impl Service<u64> for Lognormal {
+    type Response = u64;
+    type Error = std::convert::Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<u64, Self::Error>> + Send>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, id: u64) -> Self::Future {
+        use rand::RngExt;
+        use rand_distr::{Distribution, LogNormal};
+        *self.calls.lock().unwrap() += 1;
+        let latency = {
+            let mut rng = self.rng.lock().unwrap();
+            let base = LogNormal::from_mean_cv(5.0, 0.4).unwrap().sample(&mut *rng);
+            let slow = rng.random::<f64>() < 0.05;
+            Duration::from_secs_f64(base * if slow { 10.0 } else { 1.0 } / 1e3)
+        };
+        Box::pin(async move {
+            sleep(latency).await;
+            Ok(id)
+        })
+    }
+}
+
+/// tower's hedge policy: every request may be hedged.
+#[derive(Clone, Copy)]
+struct TowerPolicy;
+
+impl tower::hedge::Policy<u64> for TowerPolicy {
+    fn clone_request(&self, id: &u64) -> Option<u64> {
+        Some(*id)
+    }
+
+    fn can_retry(&self, _: &u64) -> bool {
+        true
+    }
+}
+
+/// Sends `n` requests one after another; returns their sorted latencies.
+async fn drive<S: Service<u64>>(mut service: S, n: u64) -> Vec<Duration>
+where
+    S::Error: std::fmt::Debug,
+{
+    let mut latencies = Vec::new();
+    for id in 0..n {
+        let t0 = Instant::now();
+        service.ready().await.unwrap().call(id).await.unwrap();
+        latencies.push(t0.elapsed());
+    }
+    latencies.sort_unstable();
+    latencies
+}
+
+fn quantile(sorted: &[Duration], q: f64) -> Duration {
+    sorted[((sorted.len() - 1) as f64 * q) as usize]
+}
+
+#[tokio::test(start_paused = true)]
+async fn side_by_side_with_tower_hedge() {
+    const N: u64 = 4_000;
+    const SEED: u64 = 7;
+    let plain = Lognormal::new(SEED);
+    let none = drive(plain.clone(), N).await;
+
+    // Ours: the defaults (p90 delay once 20 answers are in, one hedge,
+    // a 15 % budget).
+    let ours_backend = Lognormal::new(SEED);
+    let hedger = Arc::new(SharedHedger::new(HedgeConfig::DEFAULT).unwrap());
+    let ours = drive(
+        HedgeLayer::new(Arc::clone(&hedger), AllIdempotent).layer(ours_backend.clone()),
+        N,
+    )
+    .await;
+
+    // tower's: the same p90, 20 data points, a 1 s histogram period (it
+    // hedges only from the second period on); it has no budget.
+    let tower_backend = Lognormal::new(SEED);
+    let hedge = tower::hedge::Hedge::new(tower_backend.clone(), TowerPolicy, 20, 0.9, ms(1_000));
+    let theirs = drive(hedge, N).await;
+
+    let extra = |calls: u64| (calls - N) as f64 / N as f64;
+    let report = |name: &str, l: &[Duration], calls: u64| {
+        println!(
+            "{name:>14}: p50 {:>6.2} ms, p99 {:>6.2} ms, p99.9 {:>6.2} ms, extra load {:>5.1} %",
+            quantile(l, 0.5).as_secs_f64() * 1e3,
+            quantile(l, 0.99).as_secs_f64() * 1e3,
+            quantile(l, 0.999).as_secs_f64() * 1e3,
+            extra(calls) * 100.0,
+        );
+    };
+    report("no hedging", &none, plain.calls());
+    report("tailguard", &ours, ours_backend.calls());
+    report("tower hedge", &theirs, tower_backend.calls());
+
+    assert_eq!(plain.calls(), N);
+    // Ours cuts the tail (a straggler takes ~50 ms, a hedge ~10 ms more
+    // than the p90 delay) and stays within its budget.
+    assert!(quantile(&ours, 0.99) * 2 < quantile(&none, 0.99));
+    assert!(extra(ours_backend.calls()) <= 0.15);
+    assert_eq!(ours_backend.calls() - N, hedger.stats().hedges_sent);
+}
