@@ -18,13 +18,15 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use tailguard::hedge::{
-    Attempt, CommitOutcome, HedgeConfig, HedgeStats, Hedger, Idempotency, TimerAction,
+    Attempt, CommitOutcome, HedgeConfig, HedgeStats, Hedger, Idempotency, SharedHedger, TimerAction,
 };
+use tailguard::tower::{HedgeLayer, HedgeService, OnResponse};
+use tailguard::Budget;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tower::hedge::Hedge;
-use tower::util::BoxCloneService;
-use tower::{BoxError, Service, ServiceExt};
+use tower::util::BoxCloneSyncService;
+use tower::{BoxError, Layer, Service, ServiceExt};
 
 /// The servers and the one connection pool every strategy shares.
 pub struct Targets {
@@ -71,6 +73,9 @@ impl Targets {
 /// to (the hedge's copy names the next one).
 #[derive(Clone, Copy, Debug)]
 pub struct Call {
+    /// The primary's server.
+    primary: usize,
+    /// This attempt's server.
     target: usize,
 }
 
@@ -82,6 +87,7 @@ impl tower::hedge::Policy<Call> for NextServer {
     fn clone_request(&self, call: &Call) -> Option<Call> {
         Some(Call {
             target: (call.target + 1) % self.0,
+            ..*call
         })
     }
 
@@ -104,7 +110,51 @@ impl std::fmt::Display for AttemptFailed {
 
 impl std::error::Error for AttemptFailed {}
 
-type TowerHedge = Hedge<BoxCloneService<Call, (), AttemptFailed>, NextServer>;
+/// One attempt to `call.target`, as a tower service (what both hedging
+/// middlewares wrap).
+fn attempt_service(targets: Arc<Targets>) -> BoxCloneSyncService<Call, (), AttemptFailed> {
+    BoxCloneSyncService::new(tower::service_fn(move |call: Call| {
+        let targets = Arc::clone(&targets);
+        async move { targets.send(call.target).await.map_err(AttemptFailed) }
+    }))
+}
+
+type TowerHedge = Hedge<BoxCloneSyncService<Call, (), AttemptFailed>, NextServer>;
+
+/// Table slots of the layer's hedger: one window per server up to this
+/// many; servers beyond share the aggregate window.
+pub const LAYER_TARGETS: usize = 16;
+
+/// Our layer's policy: every request may be hedged, each attempt to the
+/// server after the previous attempt's, and that server is the attempt's
+/// hedger target (its latency is recorded under it).
+#[derive(Clone, Copy, Debug)]
+pub struct RoundRobin {
+    servers: usize,
+}
+
+impl tailguard::tower::Policy<Call, AttemptFailed> for RoundRobin {
+    fn idempotency(&self, _: &Call) -> Idempotency {
+        Idempotency::Idempotent
+    }
+
+    fn clone_request(&self, call: &Call) -> Option<Call> {
+        Some(*call)
+    }
+
+    fn route(&self, call: &mut Call, attempt: Attempt) -> usize {
+        call.target = (call.primary + usize::from(attempt.0)) % self.servers;
+        call.target
+    }
+}
+
+type OurLayer = HedgeService<
+    BoxCloneSyncService<Call, (), AttemptFailed>,
+    RoundRobin,
+    OnResponse,
+    Budget,
+    LAYER_TARGETS,
+>;
 
 /// tower's hedge middleware's settings in this comparison: hedge at the
 /// p90 of the last period's attempt latencies, as our default does.
@@ -131,8 +181,10 @@ pub enum Driver {
     /// pending at the percentile). Its `call` needs `&mut`, so the workers
     /// share it behind an async mutex held for `poll_ready` and `call` only.
     Tower(tokio::sync::Mutex<TowerHedge>),
-    // TODO(tower-layer): our tower layer goes here once the `tower-layer`
-    // branch is merged: `Layer(...)` wrapping a service over `Targets`.
+    /// Our tower layer (`tailguard::tower::HedgeLayer`) over a
+    /// `SharedHedger` with a window per server; each request runs on a
+    /// clone of the service (clones share the hedger).
+    Layer(OurLayer),
 }
 
 impl Driver {
@@ -147,15 +199,20 @@ impl Driver {
         }
     }
 
+    /// Our tower layer with this configuration and the default budget.
+    pub fn layer(targets: Arc<Targets>, config: HedgeConfig) -> Self {
+        let servers = targets.len();
+        let hedger = SharedHedger::<Budget, LAYER_TARGETS>::with_budget(config, Budget::default())
+            .expect("a valid configuration");
+        let layer = HedgeLayer::new(Arc::new(hedger), RoundRobin { servers });
+        Self::Layer(layer.layer(attempt_service(targets)))
+    }
+
     /// tower's hedge middleware over the same client.
     pub fn tower(targets: Arc<Targets>) -> Self {
         let n = targets.len();
-        let inner = BoxCloneService::new(tower::service_fn(move |call: Call| {
-            let targets = Arc::clone(&targets);
-            async move { targets.send(call.target).await.map_err(AttemptFailed) }
-        }));
         Self::Tower(tokio::sync::Mutex::new(Hedge::new(
-            inner,
+            attempt_service(targets),
             NextServer(n),
             TOWER_MIN_DATA_POINTS,
             TOWER_PERCENTILE,
@@ -167,6 +224,7 @@ impl Driver {
     pub fn stats(&self) -> Option<HedgeStats> {
         match self {
             Self::Hedger { hedger, .. } => Some(lock(hedger).stats()),
+            Self::Layer(service) => Some(service.hedger().stats()),
             _ => None,
         }
     }
@@ -184,9 +242,19 @@ impl Driver {
             Self::Tower(hedge) => {
                 let future = {
                     let mut hedge = hedge.lock().await;
-                    hedge.ready().await?.call(Call { target })
+                    hedge.ready().await?.call(Call {
+                        primary: target,
+                        target,
+                    })
                 };
                 future.await
+            }
+            Self::Layer(service) => {
+                let call = Call {
+                    primary: target,
+                    target,
+                };
+                Ok(service.clone().oneshot(call).await?)
             }
         }
     }

@@ -1,10 +1,11 @@
 //! Hedging over real sockets (issue #11): loopback HTTP servers with the
 //! simulation's `article` latency model, a closed-loop hyper client, and
-//! the same requests sent without hedging, through tailguard, and through
-//! tower's `hedge` middleware.
+//! the same requests sent without hedging, through tailguard's tower layer,
+//! through tailguard's `Hedger` wired by hand, and through tower's `hedge`
+//! middleware. Needs the `tower` feature:
 //!
 //! ```text
-//! cargo run --release --example http_hedge -- [--requests N] [--duration S]
+//! cargo run --release --features tower --example http_hedge -- [--requests N] [--duration S]
 //!     [--servers N] [--concurrency W] [--pause-ms X] [--check]
 //! ```
 //! `--help` lists every flag with its default. Sends only to 127.0.0.1;
@@ -31,9 +32,9 @@ use server::{Model, Pauses};
 /// Hedged requests over real sockets: N loopback HTTP servers answering
 /// after a per-attempt delay drawn from the article's model (lognormal
 /// mean 5 ms, sd 2 ms; 5 % of attempts ×10), and a closed-loop hyper
-/// client sending the same load without hedging, through tailguard's
-/// `Hedger`, and through tower's `hedge` middleware (p90 of the last
-/// second, no budget).
+/// client sending the same load without hedging, through tailguard's tower
+/// layer, through tailguard's `Hedger` wired by hand, and through tower's
+/// `hedge` middleware (p90 of the last second, no budget).
 ///
 /// Prints user-visible latency quantiles (ms, from the client: send to
 /// response headers), extra load (attempts the servers received per
@@ -76,14 +77,15 @@ struct Args {
         long,
         value_enum,
         value_delimiter = ',',
-        default_value = "none,hedger,tower"
+        default_value = "none,layer,hedger,tower"
     )]
     strategies: Vec<Strategy>,
     /// Seed of the servers' latency and pause draws.
     #[arg(long, value_name = "S", default_value_t = 42)]
     seed: u64,
-    /// Exit non-zero unless tailguard's p99 is below no hedging's and its
-    /// extra load is within the default budget's share (plus 2 points).
+    /// Exit non-zero unless, for each of tailguard's strategies run, p99 is
+    /// below no hedging's and extra load within the default budget's share
+    /// (plus 2 points), and no request failed.
     #[arg(long)]
     check: bool,
 }
@@ -93,6 +95,9 @@ struct Args {
 enum Strategy {
     /// One attempt, no hedging
     None,
+    /// tailguard's tower layer (HedgeLayer over a SharedHedger with a
+    /// window per server; default config and budget)
+    Layer,
     /// tailguard's Hedger (default config and budget) wired by hand
     Hedger,
     /// tower's hedge middleware: p90 of the last 1 s, at least 100 points
@@ -103,6 +108,10 @@ impl Strategy {
     fn label(self) -> String {
         match self {
             Self::None => "no hedging".to_owned(),
+            Self::Layer => format!(
+                "adaptive p90 (tailguard tower layer, default: {} budget)",
+                share_label()
+            ),
             Self::Hedger => format!(
                 "adaptive p90 (tailguard Hedger, default: {} budget)",
                 share_label()
@@ -219,6 +228,7 @@ async fn run(args: Args) -> ExitCode {
         eprintln!("[http_hedge] {label} …");
         let driver = Arc::new(match strategy {
             Strategy::None => Driver::Plain(Arc::clone(&targets)),
+            Strategy::Layer => Driver::layer(Arc::clone(&targets), HedgeConfig::DEFAULT),
             Strategy::Hedger => Driver::hedger(Arc::clone(&targets), HedgeConfig::DEFAULT),
             Strategy::Tower => Driver::tower(Arc::clone(&targets)),
         });
@@ -260,46 +270,56 @@ async fn run(args: Args) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-/// The `--check` verdict: tailguard's row against no hedging's.
+/// The `--check` verdict: each of tailguard's rows run (the layer, the
+/// hand-wired hedger; at least one) against no hedging's.
 fn check(rows: &[Row]) -> ExitCode {
     let find = |s: Strategy| rows.iter().find(|r| r.name == s.label());
-    let (Some(none), Some(ours)) = (find(Strategy::None), find(Strategy::Hedger)) else {
-        eprintln!("check FAILED: --check needs the none and hedger strategies");
+    let ours: Vec<&Row> = [Strategy::Layer, Strategy::Hedger]
+        .into_iter()
+        .filter_map(find)
+        .collect();
+    let Some(none) = find(Strategy::None).filter(|_| !ours.is_empty()) else {
+        eprintln!("check FAILED: --check needs the none strategy and layer or hedger");
         return ExitCode::FAILURE;
     };
-    let mut failed = Vec::new();
-    if ours.q.p99 >= none.q.p99 {
-        failed.push(format!(
-            "p99 {:.1} ms is not below no hedging's {:.1} ms",
-            ours.q.p99, none.q.p99
-        ));
-    }
     let limit = share() + CHECK_SLACK;
-    if ours.extra_load > limit {
-        failed.push(format!(
-            "extra load {:.1} % is above the budget's {} share + {:.0} points",
-            100.0 * ours.extra_load,
-            share_label(),
-            100.0 * CHECK_SLACK
-        ));
+    let mut failed = Vec::new();
+    for r in &ours {
+        if r.q.p99 >= none.q.p99 {
+            failed.push(format!(
+                "{}: p99 {:.1} ms is not below no hedging's {:.1} ms",
+                r.name, r.q.p99, none.q.p99
+            ));
+        }
+        if r.extra_load > limit {
+            failed.push(format!(
+                "{}: extra load {:.1} % is above the budget's {} share + {:.0} points",
+                r.name,
+                100.0 * r.extra_load,
+                share_label(),
+                100.0 * CHECK_SLACK
+            ));
+        }
     }
     let errors: u64 = rows.iter().map(|r| r.errors).sum();
     if errors > 0 {
         failed.push(format!("{errors} requests failed"));
     }
-    if failed.is_empty() {
+    if !failed.is_empty() {
+        for f in failed {
+            eprintln!("check FAILED: {f}");
+        }
+        return ExitCode::FAILURE;
+    }
+    for r in ours {
         eprintln!(
-            "check passed: p99 {:.1} ms against {:.1} ms without hedging, extra load {:.1} % ≤ {:.0} %",
-            ours.q.p99,
+            "check passed: {}: p99 {:.1} ms against {:.1} ms without hedging, extra load {:.1} % ≤ {:.0} %",
+            r.name,
+            r.q.p99,
             none.q.p99,
-            100.0 * ours.extra_load,
+            100.0 * r.extra_load,
             100.0 * limit
         );
-        ExitCode::SUCCESS
-    } else {
-        for f in failed {
-            eprintln!("check FAILED: {}: {f}", ours.name);
-        }
-        ExitCode::FAILURE
     }
+    ExitCode::SUCCESS
 }
