@@ -51,7 +51,7 @@ struct Args {
     /// Wall-clock bound of the whole run in seconds, shared equally by the
     /// strategies run.
     #[arg(long, value_name = "S", default_value_t = 60,
-          value_parser = clap::value_parser!(u64).range(1..=3600))]
+          value_parser = clap::value_parser!(u64).range(5..=3600))]
     duration: u64,
     /// Loopback servers; a hedge goes to the server after its primary's.
     #[arg(long, value_name = "N", default_value_t = 4,
@@ -129,6 +129,9 @@ impl Strategy {
 /// Slack of the `--check` load assertion over the budget's share: the
 /// budget also lends its floor of tokens and its bank.
 const CHECK_SLACK: f64 = 0.02;
+
+/// Requests each checked row needs: a p99 of fewer is a handful of samples.
+const CHECK_MIN_REQUESTS: u64 = 1_000;
 
 fn share() -> f64 {
     f64::from(RatioBudget::DEFAULT_SHARE_BPS) / 10_000.0
@@ -284,6 +287,14 @@ fn check(rows: &[Row]) -> ExitCode {
     };
     let limit = share() + CHECK_SLACK;
     let mut failed = Vec::new();
+    for r in ours.iter().chain([&none]) {
+        if r.requests < CHECK_MIN_REQUESTS {
+            failed.push(format!(
+                "{}: {} requests, fewer than the {CHECK_MIN_REQUESTS} a p99 needs to mean something",
+                r.name, r.requests
+            ));
+        }
+    }
     for r in &ours {
         if r.q.p99 >= none.q.p99 {
             failed.push(format!(
