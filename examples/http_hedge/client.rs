@@ -69,8 +69,9 @@ impl Targets {
     }
 }
 
-/// One request of tower's hedge middleware: which server an attempt goes
-/// to (the hedge's copy names the next one).
+/// One request as both hedging middlewares see it: the server of its
+/// primary and of the attempt at hand (each policy points a hedge's copy
+/// at the next server).
 #[derive(Clone, Copy, Debug)]
 pub struct Call {
     /// The primary's server.
