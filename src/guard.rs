@@ -66,11 +66,11 @@ impl<C: Clock, B: HedgeBudget, const T: usize> RequestGuard<C, B, T> {
         target: usize,
         idempotency: Idempotency,
     ) -> Self {
-        let request = hedger.start(target, clock.now_ns(), idempotency);
+        // Built in place: a request is a few hundred bytes.
         Self {
+            request: hedger.start(target, clock.now_ns(), idempotency),
             hedger,
             clock,
-            request,
         }
     }
 

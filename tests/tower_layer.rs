@@ -9,9 +9,10 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use tailguard::clock::Clock;
 use tailguard::hedge::SharedHedger;
-use tailguard::hedge::{Failure, HedgeConfig, Idempotency};
-use tailguard::tower::{AllIdempotent, HedgeError, HedgeLayer, Policy};
+use tailguard::hedge::{Attempt, DelaySource, Failure, HedgeConfig, Idempotency, Plan};
+use tailguard::tower::{AllIdempotent, HedgeError, HedgeLayer, HedgeService, Policy};
 use tailguard::Budget;
 use tokio::time::{sleep, Instant};
 use tower::{Layer, Service, ServiceExt};
@@ -369,15 +370,17 @@ async fn the_commit_signal_decides_the_race() {
     // the hedge wins at 8 ms.
     let backend = Backend::new(|_, n| Reply::After(ms(if n == 0 { 1 } else { 2 })));
     let hedger = hedger(prior_5ms());
+    // The signal may change what the service answers: here, the response
+    // with its first token.
     let first_token = |(id, n): (u64, u32)| async move {
         sleep(ms(if n == 0 { 50 } else { 1 })).await;
-        Ok::<_, BackendError>((id, n))
+        Ok::<_, BackendError>(((id, n), "first token"))
     };
     let service = HedgeLayer::new(Arc::clone(&hedger), AllIdempotent)
         .commit_signal(first_token)
         .layer(backend.clone());
     let t0 = Instant::now();
-    assert_eq!(service.oneshot(12).await.unwrap(), (12, 1));
+    assert_eq!(service.oneshot(12).await.unwrap(), ((12, 1), "first token"));
     assert_eq!(t0.elapsed(), ms(8));
     let stats = hedger.stats();
     assert_eq!(
@@ -400,6 +403,71 @@ async fn hedges_wait_for_their_own_readiness() {
     assert_eq!(t0.elapsed(), ms(30), "the hedge could not get a permit");
     assert_eq!(backend.calls().len(), 1, "never called past the limit");
     assert_eq!(hedger.stats().hedges_sent, 1);
+}
+
+/// Sends hedges to replica 1: the request names its replica (ids from
+/// 1 000 up are replica 1's).
+#[derive(Clone, Copy)]
+struct HedgesToReplica1;
+
+impl Policy<u64, BackendError> for HedgesToReplica1 {
+    fn idempotency(&self, _: &u64) -> Idempotency {
+        Idempotency::Idempotent
+    }
+
+    fn clone_request(&self, id: &u64) -> Option<u64> {
+        Some(*id)
+    }
+
+    fn route(&self, id: &mut u64, attempt: Attempt) -> usize {
+        if attempt.is_primary() {
+            0
+        } else {
+            *id += 1_000;
+            1
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_hedge_routed_elsewhere_is_recorded_there() {
+    // Replica 0 straggles, replica 1 answers in 1 ms.
+    let backend = Backend::new(|id, _| Reply::After(ms(if id >= 1_000 { 1 } else { 100 })));
+    let config = prior_5ms().min_samples(1);
+    let hedger =
+        Arc::new(SharedHedger::<Budget, 2>::with_budget(config, Budget::Unlimited).unwrap());
+    let layer = HedgeLayer::new(Arc::clone(&hedger), HedgesToReplica1);
+    let clock = layer.tokio_clock();
+    assert_eq!(
+        layer.layer(backend.clone()).oneshot(16).await.unwrap(),
+        (1_016, 0)
+    );
+    let seen: Vec<u64> = backend.calls().iter().map(|c| c.0).collect();
+    assert_eq!(seen, [16, 1_016], "the hedge was rewritten for replica 1");
+    // Replica 1 holds the exact sample: its own window is warm. Replica 0
+    // holds only the censored primary: it borrows the aggregate's delay.
+    let now = clock.now_ns();
+    assert!(matches!(
+        hedger.plan(1, now),
+        Plan::Hedge {
+            source: DelaySource::Target,
+            ..
+        }
+    ));
+    assert!(matches!(
+        hedger.plan(0, now),
+        Plan::Hedge {
+            source: DelaySource::Aggregate,
+            ..
+        }
+    ));
+}
+
+#[test]
+fn response_futures_are_send() {
+    fn send<T: Send>() {}
+    send::<<HedgeService<Backend, AllIdempotent> as Service<u64>>::Future>();
+    send::<HedgeService<Backend, EvenIdempotent>>();
 }
 
 /// The side-by-side backend: lognormal latency (mean 5 ms, sd 2 ms) per
@@ -526,4 +594,40 @@ async fn side_by_side_with_tower_hedge() {
     assert!(quantile(&ours, 0.99) * 2 < quantile(&none, 0.99));
     assert!(extra(ours_backend.calls()) <= 0.15);
     assert_eq!(ours_backend.calls() - N, hedger.stats().hedges_sent);
+}
+
+#[tokio::test(start_paused = true)]
+async fn without_extra_attempts_no_copy_is_made() {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    /// Counts the copies it makes.
+    #[derive(Clone)]
+    struct Counting(Arc<AtomicU32>);
+    impl Policy<u64, BackendError> for Counting {
+        fn idempotency(&self, _: &u64) -> Idempotency {
+            Idempotency::Idempotent
+        }
+        fn clone_request(&self, id: &u64) -> Option<u64> {
+            self.0.fetch_add(1, Ordering::Relaxed);
+            Some(*id)
+        }
+    }
+    let backend = Backend::new(|_, _| Reply::After(ms(100)));
+    let copies = Arc::new(AtomicU32::new(0));
+    // No hedges, no retries: the hedger can release nothing.
+    let hedger = hedger(prior_5ms().max_hedges(0).max_retries(0));
+    let service = HedgeLayer::new(Arc::clone(&hedger), Counting(Arc::clone(&copies)));
+    assert_eq!(
+        service.layer(backend.clone()).oneshot(18).await.unwrap(),
+        (18, 0)
+    );
+    assert_eq!(copies.load(Ordering::Relaxed), 0);
+    assert_eq!(backend.calls().len(), 1);
+    // With hedging on, one copy is kept and one more made for the hedge.
+    let hedger = self::hedger(prior_5ms());
+    let service = HedgeLayer::new(Arc::clone(&hedger), Counting(Arc::clone(&copies)));
+    assert_eq!(
+        service.layer(backend.clone()).oneshot(20).await.unwrap().0,
+        20
+    );
+    assert_eq!(copies.load(Ordering::Relaxed), 2);
 }

@@ -36,7 +36,6 @@ pin_project! {
 impl<S, Req, F> AttemptFuture<S, Req, F>
 where
     S: Service<Req>,
-    F: Future<Output = Result<S::Response, S::Error>>,
 {
     /// The primary: already called on a ready service.
     pub(crate) fn calling(future: S::Future) -> Self {
@@ -49,9 +48,10 @@ where
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         signal: &C,
-    ) -> Poll<Result<S::Response, S::Error>>
+    ) -> Poll<Result<C::Response, S::Error>>
     where
         C: CommitSignal<S::Response, S::Error, Future = F>,
+        F: Future<Output = Result<C::Response, S::Error>>,
     {
         loop {
             match self.as_mut().project() {
@@ -189,23 +189,35 @@ where
     C: CommitSignal<S::Response, S::Error>,
     B: HedgeBudget,
 {
-    type Output = Result<S::Response, HedgeError<S::Error>>;
+    type Output = Result<C::Response, HedgeError<S::Error>>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
+        // The fields an event needs to launch attempts.
+        macro_rules! launch {
+            () => {
+                Launch {
+                    extras: &mut *this.extras,
+                    spare: &mut *this.spare,
+                    guard: &mut *this.guard,
+                    policy: &*this.policy,
+                }
+            };
+        }
+        // The request is over: cancel every attempt still running now, not
+        // when the caller drops this future.
+        macro_rules! finish {
+            ($result:expr) => {{
+                this.extras.clear();
+                this.primary.set(AttemptFuture::Done);
+                Poll::Ready($result)
+            }};
+        }
         loop {
             // The primary first: with no hedge sent, it is all there is.
             if let Poll::Ready(result) = this.primary.as_mut().poll_attempt(cx, this.signal) {
-                let mut launch = Launch {
-                    extras: this.extras,
-                    spare: this.spare,
-                    guard: this.guard,
-                    policy: this.policy,
-                };
-                if let Settled::Over(result) = launch.settle(Attempt::PRIMARY, result) {
-                    // Cancel the others now, not when the caller drops us.
-                    this.extras.clear();
-                    return Poll::Ready(result);
+                if let Settled::Over(result) = launch!().settle(Attempt::PRIMARY, result) {
+                    return finish!(result);
                 }
             }
             // Extra attempts; those launched while polling are polled in
@@ -218,16 +230,8 @@ where
                     continue;
                 };
                 this.extras.swap_remove(i);
-                let mut launch = Launch {
-                    extras: this.extras,
-                    spare: this.spare,
-                    guard: this.guard,
-                    policy: this.policy,
-                };
-                if let Settled::Over(result) = launch.settle(attempt, result) {
-                    this.extras.clear();
-                    this.primary.set(AttemptFuture::Done);
-                    return Poll::Ready(result);
+                if let Settled::Over(result) = launch!().settle(attempt, result) {
+                    return finish!(result);
                 }
             }
             // The timer, only while one is due: none is built for a
@@ -241,17 +245,11 @@ where
             }
             match this.guard.on_timer() {
                 TimerAction::SendHedge(attempt) => {
-                    let mut launch = Launch {
-                        extras: this.extras,
-                        spare: this.spare,
-                        guard: this.guard,
-                        policy: this.policy,
-                    };
-                    if let Settled::Over(result) = launch.send(attempt) {
-                        return Poll::Ready(result);
+                    if let Settled::Over(result) = launch!().send(attempt) {
+                        return finish!(result);
                     }
                 }
-                TimerAction::GiveUp { .. } => return Poll::Ready(Err(HedgeError::Deadline)),
+                TimerAction::GiveUp { .. } => return finish!(Err(HedgeError::Deadline)),
                 // Re-armed at the new `next_timer` on the next pass.
                 TimerAction::Wait { .. } | TimerAction::Skip(_) => {}
             }
@@ -271,15 +269,10 @@ impl<S, Req, P, F, B, const T: usize> Launch<'_, S, Req, P, F, B, T>
 where
     S: Service<Req> + Clone,
     P: Policy<Req, S::Error>,
-    F: Future<Output = Result<S::Response, S::Error>>,
     B: HedgeBudget,
 {
     /// Reports `attempt`'s result to the hedger and acts on its decision.
-    fn settle(
-        &mut self,
-        attempt: Attempt,
-        result: Result<S::Response, S::Error>,
-    ) -> Settled<S::Response, S::Error> {
+    fn settle<R>(&mut self, attempt: Attempt, result: Result<R, S::Error>) -> Settled<R, S::Error> {
         match result {
             Ok(response) => match self.guard.on_commit(attempt) {
                 CommitOutcome::Won { .. } => Settled::Over(Ok(response)),
@@ -311,7 +304,7 @@ where
 
     /// Sends `attempt`, which the hedger released: a copy of the spare
     /// request on a clone of the spare service, routed by the policy.
-    fn send(&mut self, attempt: Attempt) -> Settled<S::Response, S::Error> {
+    fn send<R>(&mut self, attempt: Attempt) -> Settled<R, S::Error> {
         let mut next = Some(attempt);
         while let Some(attempt) = next.take() {
             let copy = self

@@ -72,15 +72,20 @@ impl<Req: Clone, E> Policy<Req, E> for AllIdempotent {
 /// decides the race and is recorded as the attempt's latency (the hedger
 /// must learn the latency it races on).
 ///
-/// [`commit`](Self::commit) turns the response into a future that resolves
-/// at the signal, with the response to return (e.g. with its first body
-/// frame read and put back) or the error that came instead. The default,
+/// [`commit`](Self::commit) turns the inner service's response into a
+/// future that resolves at the signal, with what the caller gets (the
+/// response itself, or what it became while waiting: its head and first
+/// body frame, say) or the error that came instead (a failure of that
+/// attempt, classified by [`Policy::failure`]). The default,
 /// [`OnResponse`], commits as soon as the inner service returns its
 /// response (for HTTP: the headers). Closures
-/// `Fn(Res) -> impl Future<Output = Result<Res, E>>` implement it too.
+/// `Fn(Res) -> impl Future<Output = Result<R, E>>` implement it too.
 pub trait CommitSignal<Res, E> {
+    /// What the hedged service answers with.
+    type Response;
+
     /// Resolves at the commit signal.
-    type Future: Future<Output = Result<Res, E>>;
+    type Future: Future<Output = Result<Self::Response, E>>;
 
     /// Waits for `response`'s commit signal.
     fn commit(&self, response: Res) -> Self::Future;
@@ -92,6 +97,7 @@ pub trait CommitSignal<Res, E> {
 pub struct OnResponse;
 
 impl<Res, E> CommitSignal<Res, E> for OnResponse {
+    type Response = Res;
     type Future = Ready<Result<Res, E>>;
 
     fn commit(&self, response: Res) -> Self::Future {
@@ -99,11 +105,12 @@ impl<Res, E> CommitSignal<Res, E> for OnResponse {
     }
 }
 
-impl<Res, E, F, Fut> CommitSignal<Res, E> for F
+impl<Res, E, R, F, Fut> CommitSignal<Res, E> for F
 where
     F: Fn(Res) -> Fut,
-    Fut: Future<Output = Result<Res, E>>,
+    Fut: Future<Output = Result<R, E>>,
 {
+    type Response = R;
     type Future = Fut;
 
     fn commit(&self, response: Res) -> Self::Future {

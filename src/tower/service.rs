@@ -94,7 +94,7 @@ where
     C: CommitSignal<S::Response, S::Error> + Clone,
     B: HedgeBudget,
 {
-    type Response = S::Response;
+    type Response = C::Response;
     type Error = HedgeError<S::Error>;
     type Future = ResponseFuture<S, Req, P, C, RequestGuard<TokioClock, B, T>>;
 
@@ -104,18 +104,26 @@ where
 
     fn call(&mut self, mut request: Req) -> Self::Future {
         let target = self.policy.route(&mut request, Attempt::PRIMARY);
-        // The copy for extra attempts; no copy, no duplicate.
-        let spare = match self.policy.idempotency(&request) {
-            Idempotency::Idempotent => self.policy.clone_request(&request).map(|copy| Spare {
-                service: self.inner.clone(),
-                request: copy,
-            }),
-            Idempotency::NotIdempotent => None,
+        let idempotency = self.policy.idempotency(&request);
+        // A copy to make extra attempts from, if the hedger may release
+        // any: no copy, no duplicate.
+        let extras = {
+            let config = self.hedger.config();
+            config.max_hedges > 0 || config.max_retries > 0
         };
-        let idempotency = if spare.is_some() {
-            Idempotency::Idempotent
-        } else {
+        let spare = match idempotency {
+            Idempotency::Idempotent if extras => {
+                self.policy.clone_request(&request).map(|copy| Spare {
+                    service: self.inner.clone(),
+                    request: copy,
+                })
+            }
+            _ => None,
+        };
+        let idempotency = if extras && spare.is_none() {
             Idempotency::NotIdempotent
+        } else {
+            idempotency
         };
         let guard = RequestGuard::start(Arc::clone(&self.hedger), self.clock, target, idempotency);
         let primary = self.inner.call(request);

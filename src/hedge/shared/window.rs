@@ -288,6 +288,13 @@ enum Step {
     Rotate,
 }
 
+/// A value alone on its cache lines (128 bytes: two 64-byte lines, which
+/// adjacent-line prefetchers pair), so that writing it does not take the
+/// lines of its neighbours away from the cores reading them.
+#[derive(Debug)]
+#[repr(align(128))]
+struct Padded<T>(T);
+
 /// See the module docs.
 #[derive(Debug)]
 pub(crate) struct AtomicWindow {
@@ -297,12 +304,13 @@ pub(crate) struct AtomicWindow {
     started: AtomicBool,
     /// When the current half began (once `started`).
     start: AtomicU64,
-    /// The last two timestamps, older first.
-    recent: [AtomicU64; 2],
+    /// The last two timestamps, older first: written by most samples, so
+    /// on a line of its own, away from what every request reads.
+    recent: Padded<[AtomicU64; 2]>,
     /// Bumped by every rotation, emptying and period restart.
     generation: AtomicU64,
-    /// The try-lock of rotation and refresh.
-    busy: AtomicBool,
+    /// The try-lock of rotation and refresh (on a line of its own too).
+    busy: Padded<AtomicBool>,
     /// The cached quantile in ns plus one, saturating; 0 for none.
     cached: AtomicU64,
     /// Samples in the window at the last refresh.
@@ -317,9 +325,9 @@ impl AtomicWindow {
             current: AtomicUsize::new(0),
             started: AtomicBool::new(false),
             start: AtomicU64::new(0),
-            recent: [AtomicU64::new(0), AtomicU64::new(0)],
+            recent: Padded([AtomicU64::new(0), AtomicU64::new(0)]),
             generation: AtomicU64::new(0),
-            busy: AtomicBool::new(false),
+            busy: Padded(AtomicBool::new(false)),
             cached: AtomicU64::new(0),
             refreshed_at: AtomicU64::new(0),
             rotations: AtomicU64::new(0),
@@ -342,11 +350,12 @@ impl AtomicWindow {
     fn try_locked(&self, f: impl FnOnce()) {
         if self
             .busy
+            .0
             .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
             .is_ok()
         {
             f();
-            self.busy.store(false, Ordering::Release);
+            self.busy.0.store(false, Ordering::Release);
         }
     }
 
@@ -396,7 +405,7 @@ impl AtomicWindow {
             });
             return;
         }
-        let [r0, r1] = &self.recent;
+        let [r0, r1] = &self.recent.0;
         let (older, last) = (r0.load(Ordering::Relaxed), r1.load(Ordering::Relaxed));
         let gap = now.saturating_sub(older.max(last));
         if now != last {
@@ -441,7 +450,7 @@ impl AtomicWindow {
 
     #[inline]
     fn set_recent(&self, older: u64, last: u64) {
-        let [r0, r1] = &self.recent;
+        let [r0, r1] = &self.recent.0;
         r0.store(older, Ordering::Relaxed);
         r1.store(last, Ordering::Relaxed);
     }
@@ -517,7 +526,7 @@ impl AtomicWindow {
         if !self.started.load(Ordering::Acquire) {
             return false;
         }
-        let [r0, r1] = &self.recent;
+        let [r0, r1] = &self.recent.0;
         let reference = r0.load(Ordering::Relaxed).max(r1.load(Ordering::Relaxed));
         now.saturating_sub(reference) >= p.rotation.period_ns.saturating_mul(2)
     }
