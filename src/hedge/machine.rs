@@ -293,9 +293,10 @@ fn record<K: Copy, C: Core<K>>(
 /// Forgets the hedges among `attempts` in the in-flight count.
 #[inline]
 fn release<K: Copy, C: Core<K>>(core: &mut C, request: &mut Request<K>, attempts: AttemptSet) {
-    let leased = request.leased;
-    for a in attempts.iter().filter(|&a| leased.contains(a)) {
-        request.leased = request.leased.without(a);
+    // Usually empty (only hedges are leased): walk just the leased ones.
+    let leased = request.leased.intersection(attempts);
+    request.leased = request.leased.difference(leased);
+    for a in leased.iter() {
         if let Some(sent) = request.sent_at(a) {
             core.in_flight_release(sent);
         }

@@ -79,6 +79,18 @@ impl AttemptSet {
         })
     }
 
+    /// The attempts in both sets.
+    #[must_use]
+    pub(crate) const fn intersection(self, other: Self) -> Self {
+        Self(self.0 & other.0)
+    }
+
+    /// The attempts of `self` not in `other`.
+    #[must_use]
+    pub(crate) const fn difference(self, other: Self) -> Self {
+        Self(self.0 & !other.0)
+    }
+
     /// This set plus `attempt` (attempts beyond 7 are ignored).
     #[must_use]
     pub const fn with(self, attempt: Attempt) -> Self {
