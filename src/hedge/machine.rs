@@ -282,8 +282,8 @@ fn record<K: Copy, C: Core<K>>(
 }
 
 /// Records the elapsed time of attempt `a` at `now`: exact (the winner's)
-/// or censored.
-#[inline]
+/// or censored. Always inlined: the common path's one sample.
+#[inline(always)]
 fn record_one<K: Copy, C: Core<K>>(
     core: &mut C,
     request: &Request<K>,
