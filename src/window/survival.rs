@@ -191,26 +191,7 @@ pub(crate) trait Side {
     fn union_at_rank(&self, _other: &Self, _rank: u64) -> Option<Answer> {
         None
     }
-    /// Whether [`key_range`](Side::key_range) and
-    /// [`count_of`](Side::count_of) look keys up directly: the walk then
-    /// steps through the joint key range instead of merging four runs.
-    const DENSE: bool = false;
-    /// The lowest and highest occupied keys; `None` when empty (or not
-    /// [`DENSE`](Side::DENSE)).
-    fn key_range(&self) -> Option<(i32, i32)> {
-        None
-    }
-    /// The count of bucket `key` (0 when empty, or not
-    /// [`DENSE`](Side::DENSE)).
-    fn count_of(&self, _key: i32) -> u32 {
-        0
-    }
 }
-
-/// The widest joint key range the walk steps through key by key (empty
-/// keys cost a look-up each); wider (samples decades apart), it merges
-/// the four sides' runs of occupied buckets.
-const DENSE_SPAN: i64 = 4_096;
 
 impl<M: IndexMapping, S: Store> Side for DDSketch<M, S, NoStore> {
     #[inline]
@@ -233,15 +214,6 @@ impl<M: IndexMapping, S: Store> Side for DDSketch<M, S, NoStore> {
     #[inline]
     fn value_u64(&self, key: i32) -> u64 {
         self.mapping().value_u64(key)
-    }
-    const DENSE: bool = true;
-    #[inline]
-    fn key_range(&self) -> Option<(i32, i32)> {
-        self.positive_store().key_range()
-    }
-    #[inline]
-    fn count_of(&self, key: i32) -> u32 {
-        self.positive_store().count_of(key)
     }
     /// On 64-bit targets only: the store's union walk is a second walk, two
     /// kilobytes of Thumb code, for the same answer; microcontrollers keep
@@ -288,12 +260,9 @@ pub(crate) struct Pair<'a, X> {
 /// the module docs), but for the mapping's own
 /// [`value_u64`](IndexMapping::value_u64) of the answer's bucket.
 ///
-/// Cost: one pass over the joint key range of the four stores, key by
-/// key, when the sides look keys up ([`Side::DENSE`]) and the range spans
-/// fewer than [`DENSE_SPAN`] keys; otherwise one pass over their occupied
-/// buckets, never over the empty keys between them (samples of 1 ns and of
-/// 584 years in one window cost two steps, not a walk across 10⁹ keys at
-/// α = 10⁻⁷). Both visit the same keys in the same order: the same answer.
+/// Cost: one pass over the occupied buckets of the four stores, never
+/// over the empty keys between them (samples of 1 ns and of 584 years in
+/// one window cost two steps, not a walk across 10⁹ keys at α = 10⁻⁷).
 ///
 /// Sides being written while this reads them (the shared hedger) give an
 /// estimate of some mix of before and after: the counts are read before
@@ -374,32 +343,6 @@ pub(crate) fn quantile<X: Side>(halves: [Pair<'_, X>; 2], level: &Level) -> Opti
         .saturating_add(b.censored.zero_count());
     if step(zeros_exact, zeros_censored) {
         return Some(finish(Answer::Zero));
-    }
-    let sides = [a.exact, b.exact, a.censored, b.censored];
-    if X::DENSE {
-        let range = sides
-            .iter()
-            .filter_map(|s| s.key_range())
-            .reduce(|(l, h), (lo, hi)| (l.min(lo), h.max(hi)));
-        let Some((lo, hi)) = range else {
-            // No bucket anywhere: the merge below would find none either.
-            return Some(finish(Answer::Largest));
-        };
-        if i64::from(hi).wrapping_sub(i64::from(lo)) < DENSE_SPAN {
-            for key in lo..=hi {
-                let [ea, eb, ca, cb] = sides.map(|s| u64::from(s.count_of(key)));
-                // The merge visits occupied keys only: so must this walk
-                // (a step at an empty key can stop on rounding alone).
-                if ea | eb | ca | cb == 0 {
-                    continue;
-                }
-                // Four `u32` counts cannot overflow a `u64`.
-                if step(ea.wrapping_add(eb), ca.wrapping_add(cb)) {
-                    return Some(finish(Answer::Key(key)));
-                }
-            }
-            return Some(finish(Answer::Largest));
-        }
     }
     let mut bins = [
         a.exact.bins().peekable(),
@@ -638,53 +581,7 @@ mod tests {
         Some((got, lo, hi))
     }
 
-    /// A sketch seen only through its runs of occupied buckets: the
-    /// estimator merges them (the walk of sides that cannot look keys up).
-    struct Merged<'a>(&'a Sketch);
-
-    impl Side for Merged<'_> {
-        fn count(&self) -> u64 {
-            self.0.count()
-        }
-        fn zero_count(&self) -> u64 {
-            self.0.zero_count()
-        }
-        fn extremes(&self) -> Option<(u64, u64)> {
-            Side::extremes(self.0)
-        }
-        fn bins(&self) -> impl Iterator<Item = (i32, u32)> + '_ {
-            Side::bins(self.0)
-        }
-        fn value_u64(&self, key: i32) -> u64 {
-            Side::value_u64(self.0, key)
-        }
-    }
-
     proptest! {
-        /// The key-by-key walk answers what the merge of occupied runs
-        /// does, to the nanosecond: censored or not, halves near or far
-        /// apart (past `DENSE_SPAN`, both merge), zeros included.
-        #[test]
-        fn the_dense_walk_is_the_merge(
-            halves in proptest::array::uniform4(proptest::collection::vec(
-                prop_oneof![0u64..4, 900u64..1_200, 4_000u64..9_000, Just(1u64 << 50)],
-                0..40,
-            )),
-            q in 0.01f64..0.999,
-        ) {
-            let [ea, eb, ca, cb] = halves.map(filled);
-            let dense = quantile(
-                [Pair { exact: &ea, censored: &ca }, Pair { exact: &eb, censored: &cb }],
-                &level(q),
-            );
-            let [mea, meb, mca, mcb] = [&ea, &eb, &ca, &cb].map(Merged);
-            let merged = quantile(
-                [Pair { exact: &mea, censored: &mca }, Pair { exact: &meb, censored: &mcb }],
-                &level(q),
-            );
-            prop_assert_eq!(dense, merged);
-        }
-
         /// The integer estimator against exact rationals: the same key,
         /// unless the real `F` at the key it stopped at lies within
         /// `(C + 2)·2⁻⁶³` below the threshold (the documented bound).
