@@ -255,9 +255,9 @@ impl<M: IndexMapping> Side for View<'_, M> {
             (Some(r), None) | (None, Some(r)) => r,
             (None, None) => return Some(Answer::Largest),
         };
+        // Below `first` the offset wraps past any run's end: 0, like above.
         let at = |run: &[AtomicU32], first: usize, i: usize| {
-            i.checked_sub(first)
-                .and_then(|j| run.get(j))
+            run.get(i.wrapping_sub(first))
                 .map_or(0, |c| u64::from(c.load(Ordering::Relaxed)))
         };
         for i in lo..end {
