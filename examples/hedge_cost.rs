@@ -17,26 +17,71 @@
 //! to leave the input generation out. Mappings: `cubic` (the default),
 //! `log-linear` (`LogLinearMapping`, α = 1 %, 2 048 buckets so that its
 //! span matches the default's) and `log-linear-2` (α = 2 %, 1 024).
+//! Modes (the second argument): `plain`, `hedged`, and `shared` /
+//! `shared-hedged` for the same requests through a default
+//! `SharedHedger` (cubic mapping only).
 
 use rand::SeedableRng;
 use rand_distr::{Distribution, LogNormal};
 use std::hint::black_box;
-use tailguard::hedge::{Attempt, HedgeConfig, Hedger, Idempotency, TimerAction};
-use tailguard::store::CollapsingLowestStore;
+use tailguard::hedge::{
+    Attempt, CommitOutcome, HedgeConfig, Hedger, Idempotency, Request, SharedHedger, TimerAction,
+};
+use tailguard::store::{CollapsingLowestStore, Store};
 use tailguard::{Budget, IndexMapping, LogLinearMapping};
 
 const WARM: usize = 5_000;
 
+/// What [`run`] drives: a `Hedger` or a `SharedHedger`.
+trait Drive {
+    type K: Copy;
+    fn start(&mut self, now: u64) -> Request<Self::K>;
+    fn on_timer(&mut self, req: &mut Request<Self::K>, now: u64) -> TimerAction;
+    fn on_commit(&mut self, req: &mut Request<Self::K>, a: Attempt, now: u64) -> CommitOutcome;
+    /// Read after each request (into the checksum).
+    fn read(&self, req: &Request<Self::K>) -> u64;
+}
+
+impl<M: IndexMapping, S: Store> Drive for &mut Hedger<(), Budget, 1, S, M> {
+    type K = ();
+    fn start(&mut self, now: u64) -> Request<()> {
+        Hedger::start(self, (), now, Idempotency::Idempotent)
+    }
+    fn on_timer(&mut self, req: &mut Request<()>, now: u64) -> TimerAction {
+        Hedger::on_timer(self, req, now)
+    }
+    fn on_commit(&mut self, req: &mut Request<()>, a: Attempt, now: u64) -> CommitOutcome {
+        Hedger::on_commit(self, req, a, now)
+    }
+    fn read(&self, _: &Request<()>) -> u64 {
+        self.stats().current_delay_ns.unwrap_or(0)
+    }
+}
+
+impl Drive for &SharedHedger {
+    type K = usize;
+    fn start(&mut self, now: u64) -> Request<usize> {
+        SharedHedger::start(self, 0, now, Idempotency::Idempotent)
+    }
+    fn on_timer(&mut self, req: &mut Request<usize>, now: u64) -> TimerAction {
+        SharedHedger::on_timer(self, req, now)
+    }
+    fn on_commit(&mut self, req: &mut Request<usize>, a: Attempt, now: u64) -> CommitOutcome {
+        SharedHedger::on_commit(self, req, a, now)
+    }
+    /// Not `stats()`: a snapshot of the atomic counters costs more than
+    /// the request.
+    fn read(&self, req: &Request<usize>) -> u64 {
+        req.delay_ns().unwrap_or(0)
+    }
+}
+
 #[inline(never)]
-fn run<M: IndexMapping, S: tailguard::store::Store>(
-    h: &mut Hedger<(), Budget, 1, S, M>,
-    latencies: &[u64],
-    hedged: bool,
-) -> u64 {
+fn run<D: Drive>(mut h: D, latencies: &[u64], hedged: bool) -> u64 {
     let mut now = 1_000_000_000u64;
     let mut sum = 0u64;
     for (i, &lat) in latencies.iter().enumerate() {
-        let mut req = h.start((), black_box(now), Idempotency::Idempotent);
+        let mut req = h.start(black_box(now));
         let mut winner = Attempt::PRIMARY;
         let mut end = now + lat;
         if hedged && i % 10 == 0 {
@@ -48,7 +93,7 @@ fn run<M: IndexMapping, S: tailguard::store::Store>(
             }
         }
         let _ = black_box(h.on_commit(&mut req, winner, black_box(end)));
-        sum = sum.wrapping_add(h.stats().current_delay_ns.unwrap_or(0));
+        sum = sum.wrapping_add(h.read(&req));
         now += 100_000;
     }
     sum
@@ -57,7 +102,9 @@ fn run<M: IndexMapping, S: tailguard::store::Store>(
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
     let mapping = args.get(1).map_or("cubic", String::as_str);
-    let hedged = args.get(2).is_some_and(|m| m == "hedged");
+    let mode = args.get(2).map_or("plain", String::as_str);
+    let hedged = mode.ends_with("hedged");
+    let shared = mode.starts_with("shared");
     let n: usize = args.get(3).map_or(Ok(10_000), |s| s.parse())?;
     let mut rng = rand::rngs::StdRng::seed_from_u64(0x5eed);
     let dist = LogNormal::new(5e6f64.ln(), 0.5)?;
@@ -66,6 +113,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .collect();
     let config = HedgeConfig::DEFAULT;
     let sum = match mapping {
+        "cubic" if shared => run(&SharedHedger::new(config)?, &data, hedged),
         "cubic" => {
             let mut h: Hedger = Hedger::new(config)?;
             run(&mut h, &data, hedged)

@@ -166,6 +166,12 @@ fn check<const N: usize, S: CollapseSide>(
     // Clearing forgets everything, collapse included.
     sa.clear();
     agrees(&sa, &[])?;
+    // And leaves no counter behind (it zeroes only the occupied range):
+    // filled again, it holds exactly the new samples.
+    for &(k, c) in adds {
+        sa.add(k, c);
+    }
+    agrees(&sa, adds)?;
     Ok(())
 }
 

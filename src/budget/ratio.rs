@@ -325,10 +325,11 @@ impl RatioBudget {
         let mut word = mine.load(Ordering::Relaxed);
         let here = loop {
             let next = if word >> 32 == u64::from(tag) {
-                // Saturates: the count is below 2³² − 1 or left there.
+                // Saturates: the count is below 2³² − 1 or left there
+                // (below it, adding one cannot carry into the tag).
                 let count = word & COUNT_MASK;
                 if count < COUNT_MASK {
-                    word.saturating_add(1)
+                    word.wrapping_add(1)
                 } else {
                     word
                 }

@@ -261,6 +261,7 @@ impl HedgeConfig {
 
     /// `delay` within `[min_delay, max_delay]` (not `clamp`, which asserts
     /// its bounds are ordered: validated, but not provably so).
+    #[inline]
     pub(crate) fn bound(&self, delay: u64) -> u64 {
         delay.max(self.min_delay_ns).min(self.max_delay_ns)
     }

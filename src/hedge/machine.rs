@@ -94,7 +94,6 @@ pub(crate) fn start<K: Copy, C: Core<K>>(
         request.hedgeable = true;
         match delay {
             Some((delay_ns, source)) => {
-                request.delay_ns = Some(delay_ns);
                 request.next_hedge_at = Some(now.saturating_add(delay_ns));
                 core.set_current_delay(delay_ns);
                 Plan::Hedge { delay_ns, source }
@@ -144,7 +143,7 @@ pub(crate) fn on_timer<K: Copy, C: Core<K>>(
         Err(NoHedge::InFlightLimit) => {
             // Look again one delay later (at least 1 ns, so a zero delay
             // cannot spin): a slot may have freed up.
-            let delay = request.delay_ns.unwrap_or(0).max(1);
+            let delay = request.delay_ns().unwrap_or(0).max(1);
             request.next_hedge_at = Some(now.saturating_add(delay));
             TimerAction::Skip(NoHedge::InFlightLimit)
         }
@@ -217,7 +216,7 @@ fn send_next<K: Copy, C: Core<K>>(
             core.bump(Stat::RetriesReleased);
         }
     }
-    request.next_hedge_at = match request.delay_ns {
+    request.next_hedge_at = match request.delay_ns() {
         Some(d) if request.hedges < max_hedges => Some(now.saturating_add(d)),
         _ => None,
     };
@@ -241,9 +240,18 @@ pub(crate) fn on_commit<K: Copy, C: Core<K>>(
     if request.failed.contains(attempt) {
         return CommitOutcome::Unknown;
     }
-    let racing = request.in_flight();
-    record(core, request, racing, Some(attempt), now);
-    release(core, request, racing);
+    let cancel = if request.sent == 1 {
+        // The common path: only the primary was sent, so `attempt` is the
+        // primary (checked above: sent, not failed) and all that races.
+        // The primary is never leased: nothing to release or cancel.
+        record_one(core, request, attempt, true, now);
+        AttemptSet::EMPTY
+    } else {
+        let racing = request.in_flight();
+        record(core, request, racing, Some(attempt), now);
+        release(core, request, racing);
+        racing.without(attempt)
+    };
     request.phase = Phase::Won(attempt);
     request.next_hedge_at = None;
     core.bump(if attempt.is_primary() {
@@ -253,7 +261,7 @@ pub(crate) fn on_commit<K: Copy, C: Core<K>>(
     });
     CommitOutcome::Won {
         winner: attempt,
-        cancel: racing.without(attempt),
+        cancel,
     }
 }
 
@@ -269,33 +277,46 @@ fn record<K: Copy, C: Core<K>>(
     now: u64,
 ) {
     for a in attempts.iter() {
-        let Some(elapsed) = request.sent_at(a).and_then(|sent| now.checked_sub(sent)) else {
-            core.bump(Stat::ClockAnomalies);
-            continue;
-        };
-        if elapsed > core.config().max_sample_ns {
-            core.bump(Stat::SamplesRefused);
-            continue;
-        }
-        let exact = winner == Some(a);
-        let target = request.target_of(a).unwrap_or(request.target());
-        let stat = if !core.record_sample(target, now, elapsed, exact) {
-            Stat::SamplesRefused
-        } else if exact {
-            Stat::Samples
-        } else {
-            Stat::CensoredSamples
-        };
-        core.bump(stat);
+        record_one(core, request, a, winner == Some(a), now);
     }
+}
+
+/// Records the elapsed time of attempt `a` at `now`: exact (the winner's)
+/// or censored. Always inlined: the common path's one sample.
+#[inline(always)]
+fn record_one<K: Copy, C: Core<K>>(
+    core: &mut C,
+    request: &Request<K>,
+    a: Attempt,
+    exact: bool,
+    now: u64,
+) {
+    let Some(elapsed) = request.sent_at(a).and_then(|sent| now.checked_sub(sent)) else {
+        core.bump(Stat::ClockAnomalies);
+        return;
+    };
+    if elapsed > core.config().max_sample_ns {
+        core.bump(Stat::SamplesRefused);
+        return;
+    }
+    let target = request.target_of(a).unwrap_or(request.target());
+    let stat = if !core.record_sample(target, now, elapsed, exact) {
+        Stat::SamplesRefused
+    } else if exact {
+        Stat::Samples
+    } else {
+        Stat::CensoredSamples
+    };
+    core.bump(stat);
 }
 
 /// Forgets the hedges among `attempts` in the in-flight count.
 #[inline]
 fn release<K: Copy, C: Core<K>>(core: &mut C, request: &mut Request<K>, attempts: AttemptSet) {
-    let leased = request.leased;
-    for a in attempts.iter().filter(|&a| leased.contains(a)) {
-        request.leased = request.leased.without(a);
+    // Usually empty (only hedges are leased): walk just the leased ones.
+    let leased = request.leased.intersection(attempts);
+    request.leased = request.leased.difference(leased);
+    for a in leased.iter() {
         if let Some(sent) = request.sent_at(a) {
             core.in_flight_release(sent);
         }
@@ -352,7 +373,7 @@ pub(crate) fn on_failure<K: Copy, C: Core<K>>(
             match reason {
                 NoHedge::BudgetDenied => request.next_hedge_at = None,
                 NoHedge::InFlightLimit => {
-                    let delay = request.delay_ns.unwrap_or(0).max(1);
+                    let delay = request.delay_ns().unwrap_or(0).max(1);
                     let again = now.saturating_add(delay);
                     request.next_hedge_at =
                         Some(request.next_hedge_at.map_or(again, |t| t.min(again)));

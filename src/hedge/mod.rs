@@ -390,15 +390,25 @@ impl<K: PartialEq + Copy, B: HedgeBudget, const T: usize, S: Store, M: IndexMapp
     }
 
     /// The table index for `target`, inserting it (and evicting) if absent.
+    #[inline]
     fn entry(&mut self, target: K, now: u64) -> usize {
         self.entry_inserted(target, now).0
     }
 
     /// [`entry`](Self::entry), and whether the target was new to the table.
+    #[inline]
     fn entry_inserted(&mut self, target: K, now: u64) -> (usize, bool) {
-        if let Some(i) = self.table.find(&target) {
-            return (i, false);
+        match self.table.find(&target) {
+            Some(i) => (i, false),
+            None => self.insert_entry(target, now),
         }
+    }
+
+    /// The miss of [`Self::entry_inserted`], out of line: the hit is the
+    /// per-request path.
+    #[cold]
+    #[inline(never)]
+    fn insert_entry(&mut self, target: K, now: u64) -> (usize, bool) {
         let Ok(window) =
             LatencyWindow::with_rotation(self.mapping, self.rotation, self.config.quantile)
         else {

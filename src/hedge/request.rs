@@ -79,6 +79,18 @@ impl AttemptSet {
         })
     }
 
+    /// The attempts in both sets.
+    #[must_use]
+    pub(crate) const fn intersection(self, other: Self) -> Self {
+        Self(self.0 & other.0)
+    }
+
+    /// The attempts of `self` not in `other`.
+    #[must_use]
+    pub(crate) const fn difference(self, other: Self) -> Self {
+        Self(self.0 & !other.0)
+    }
+
     /// This set plus `attempt` (attempts beyond 7 are ignored).
     #[must_use]
     pub const fn with(self, attempt: Attempt) -> Self {
@@ -276,9 +288,9 @@ pub struct Request<K> {
     pub(crate) sent: u8,
     pub(crate) failed: AttemptSet,
     pub(crate) phase: Phase,
+    /// Also the delay between attempts: `Plan::Hedge`'s, when hedging on
+    /// a timer (one field, so that `start` writes it once).
     pub(crate) plan: Plan,
-    /// The delay between attempts; `None` when not hedging on a timer.
-    pub(crate) delay_ns: Option<u64>,
     /// When the next hedge is due; `None` when no further hedge will be sent
     /// on a timer.
     pub(crate) next_hedge_at: Option<u64>,
@@ -299,18 +311,15 @@ pub struct Request<K> {
 
 impl<K: Copy> Request<K> {
     pub(crate) fn new(target: K, now: u64) -> Self {
-        let mut sent_at = [0; MAX_ATTEMPTS];
-        if let Some(primary) = sent_at.first_mut() {
-            *primary = now;
-        }
         Self {
             targets: [target; MAX_ATTEMPTS],
-            sent_at,
+            // The primary's; the others are read only once sent (`sent_at`
+            // checks), so filling them all is as good as zeros, and cheaper.
+            sent_at: [now; MAX_ATTEMPTS],
             sent: 1,
             failed: AttemptSet::EMPTY,
             phase: Phase::Racing,
             plan: Plan::NoHedge(NoHedge::ColdStart),
-            delay_ns: None,
             next_hedge_at: None,
             give_up_at: None,
             hedgeable: false,
@@ -401,8 +410,12 @@ impl<K: Copy> Request<K> {
 
     /// The delay between attempts in force for this request, if it hedges
     /// on a timer (`Some(0)` with a zero minimum delay).
+    #[inline]
     pub fn delay_ns(&self) -> Option<u64> {
-        self.delay_ns
+        match self.plan {
+            Plan::Hedge { delay_ns, .. } => Some(delay_ns),
+            Plan::NoHedge(_) => None,
+        }
     }
 
     /// Hedges sent so far (extra attempts raced against others in flight).

@@ -707,6 +707,23 @@ impl<const N: usize, S: CollapseSide> Store for CollapsingStore<N, S> {
     }
 
     fn clear(&mut self) {
-        *self = Self::new();
+        // Only the occupied range holds non-zero counters: zero that (one
+        // or two runs of the ring), not all `N` (a window clears two
+        // stores on every rotation).
+        let span = (self.span as usize).min(N);
+        let start = Self::slot(self.low);
+        let first = span.min(N.saturating_sub(start));
+        let end = start.saturating_add(first);
+        if let Some(run) = self.counts.get_mut(start..end) {
+            run.fill(0);
+        }
+        if let Some(run) = self.counts.get_mut(..span.saturating_sub(first)) {
+            run.fill(0);
+        }
+        self.low = 0;
+        self.span = 0;
+        self.total = 0;
+        self.saturated = 0;
+        self.collapsed = 0;
     }
 }

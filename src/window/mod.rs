@@ -160,6 +160,9 @@ pub struct LatencyWindow<M: IndexMapping = CubicMapping, S: Store = CollapsingLo
     current: Half<M, S>,
     previous: Half<M, S>,
     rotation: Rotation,
+    /// Two periods (saturating), fixed with the rotation: read on every
+    /// sample and every idleness check.
+    idle_ns: u64,
     /// When the current half began; `None` before the first timestamp.
     current_start: Option<u64>,
     /// The last two timestamps seen, older first; the later of them is the
@@ -221,13 +224,15 @@ impl<M: IndexMapping, S: Store> LatencyWindow<M, S> {
         let Some(level) = Level::new(quantile) else {
             return Err(SketchError::InvalidQuantile(quantile));
         };
+        let period_ns = rotation.period_ns.max(1);
         Ok(Self {
             current: Half::new(mapping),
             previous: Half::new(mapping),
             rotation: Rotation {
-                period_ns: rotation.period_ns.max(1),
+                period_ns,
                 ..rotation
             },
+            idle_ns: period_ns.saturating_mul(2),
             current_start: None,
             recent: [0; 2],
             quantile: level,
@@ -287,8 +292,9 @@ impl<M: IndexMapping, S: Store> LatencyWindow<M, S> {
         a.max(b)
     }
 
+    #[inline]
     fn idle_ns(&self) -> u64 {
-        self.rotation.period_ns.saturating_mul(2)
+        self.idle_ns
     }
 
     fn rotate(&mut self, now: u64) {
@@ -313,8 +319,10 @@ impl<M: IndexMapping, S: Store> LatencyWindow<M, S> {
     pub fn record(&mut self, now: u64, latency_ns: u64) -> Result<(), SketchError> {
         self.advance(now);
         self.current.exact.add_u64(latency_ns)?;
-        self.current_exact = self.current_exact.saturating_add(1);
-        self.exact = self.exact.saturating_add(1);
+        // Cannot overflow: one sample at a time (2⁶⁴ calls are centuries
+        // at one a nanosecond), and rotation only moves counts down.
+        self.current_exact = self.current_exact.wrapping_add(1);
+        self.exact = self.exact.wrapping_add(1);
         self.after_sample(now);
         Ok(())
     }
@@ -333,13 +341,15 @@ impl<M: IndexMapping, S: Store> LatencyWindow<M, S> {
 
     #[inline]
     fn after_sample(&mut self, now: u64) {
-        self.current_count = self.current_count.saturating_add(1);
-        self.count = self.count.saturating_add(1);
+        // As in `record`: one sample at a time, so these cannot overflow.
+        self.current_count = self.current_count.wrapping_add(1);
+        self.count = self.count.wrapping_add(1);
         if self.current_count >= self.rotation.max_samples {
             self.rotate(now);
             return;
         }
-        self.since_refresh = self.since_refresh.saturating_add(1);
+        // At most `count`, so it cannot overflow either.
+        self.since_refresh = self.since_refresh.wrapping_add(1);
         if self.since_refresh >= (self.count / REFRESH_SHARE).max(1) {
             self.refresh();
         }

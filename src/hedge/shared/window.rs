@@ -53,7 +53,7 @@
 
 use crate::mapping::{CubicMapping, IndexMapping};
 use crate::sync::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
-use crate::window::survival::{self, Level, Pair, Side};
+use crate::window::survival::{self, Answer, Level, Pair, Side};
 use crate::window::{Rotation, REFRESH_SHARE};
 
 /// Buckets per side: 1 µs (0.75 µs) to 10 min at α = 1 %, like the
@@ -223,16 +223,8 @@ impl<M: IndexMapping> Side for View<'_, M> {
     }
 
     fn bins(&self) -> impl Iterator<Item = (i32, u32)> + '_ {
-        let (lo, hi) = (
-            self.side.lo.load(Ordering::Relaxed),
-            self.side.hi.load(Ordering::Relaxed),
-        );
-        // An empty range (`lo > hi`) yields nothing; `lo < BUCKETS` fits.
-        let first = self
-            .params
-            .low
-            .saturating_add(i32::try_from(lo).unwrap_or(i32::MAX));
-        let occupied = self.side.buckets.get(lo..=hi).unwrap_or(&[]);
+        let (lo, occupied) = self.occupied();
+        let first = self.key(lo);
         occupied.iter().zip(first..).filter_map(|(b, key)| {
             let c = b.load(Ordering::Relaxed);
             (c != 0).then_some((key, c))
@@ -241,6 +233,61 @@ impl<M: IndexMapping> Side for View<'_, M> {
 
     fn value_u64(&self, key: i32) -> u64 {
         self.params.mapping.value_u64(key)
+    }
+
+    /// Both halves index buckets alike (from `params.low`): the union is
+    /// the sum of the two arrays over the joint range, one pass without
+    /// the four-way merge of the general walk (the answer is the same:
+    /// keys in ascending order, the first whose cumulative count passes
+    /// `rank`, empty buckets passed over).
+    fn union_at_rank(&self, other: &Self, rank: u64) -> Option<Answer> {
+        let zeros = self.zero_count().saturating_add(other.zero_count());
+        let Some(mut rank) = rank.checked_sub(zeros) else {
+            return Some(Answer::Zero);
+        };
+        let (alo, a) = self.occupied();
+        let (blo, b) = other.occupied();
+        let ends = |lo: usize, run: &[AtomicU32]| {
+            (!run.is_empty()).then(|| (lo, lo.saturating_add(run.len())))
+        };
+        let (lo, end) = match (ends(alo, a), ends(blo, b)) {
+            (Some((la, ea)), Some((lb, eb))) => (la.min(lb), ea.max(eb)),
+            (Some(r), None) | (None, Some(r)) => r,
+            (None, None) => return Some(Answer::Largest),
+        };
+        // Below `first` the offset wraps past any run's end: 0, like above.
+        let at = |run: &[AtomicU32], first: usize, i: usize| {
+            run.get(i.wrapping_sub(first))
+                .map_or(0, |c| u64::from(c.load(Ordering::Relaxed)))
+        };
+        for i in lo..end {
+            // Two `u32` counts cannot overflow a `u64`.
+            let c = at(a, alo, i).wrapping_add(at(b, blo, i));
+            if c > rank {
+                return Some(Answer::Key(self.key(i)));
+            }
+            rank = rank.wrapping_sub(c);
+        }
+        Some(Answer::Largest)
+    }
+}
+
+impl<M: IndexMapping> View<'_, M> {
+    /// The first occupied bucket and the occupied run from it (empty while
+    /// `lo > hi`, or when a racing writer left them out of bounds).
+    fn occupied(&self) -> (usize, &[AtomicU32]) {
+        let (lo, hi) = (
+            self.side.lo.load(Ordering::Relaxed),
+            self.side.hi.load(Ordering::Relaxed),
+        );
+        (lo, self.side.buckets.get(lo..=hi).unwrap_or(&[]))
+    }
+
+    /// The key of bucket `i` (`i < BUCKETS` fits an `i32`).
+    fn key(&self, i: usize) -> i32 {
+        self.params
+            .low
+            .saturating_add(i32::try_from(i).unwrap_or(i32::MAX))
     }
 }
 
