@@ -695,10 +695,15 @@ mod tests {
         // Rotations happened and the estimate is whole. (How many samples
         // survive the last rotations depends on the interleaving: a writer
         // preempted across two rotations may add to a half being cleared.)
-        assert!(w.rotations() > 0);
+        let rotations = w.rotations();
+        assert!(rotations > 0);
         let (exact, censored) = w.bucket_totals();
         assert_eq!(censored, 0);
-        assert!(exact > 0 && exact < threads * per, "{exact}");
+        assert!(exact > 0 && exact <= threads * per, "{exact}");
+        if rotations >= 2 {
+            // A second rotation dropped the half the first one kept.
+            assert!(exact < threads * per, "{exact} after {rotations} rotations");
+        }
         assert!(w.cached_quantile().unwrap().abs_diff(2_000) <= 20);
     }
 }
