@@ -9,7 +9,7 @@
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use std::hint::black_box;
-use tailguard::mapping::{LinearMapping, LogarithmicMapping};
+use tailguard::mapping::{LinearMapping, LogLinearMapping, LogarithmicMapping};
 use tailguard::store::CollapsingLowestStore;
 use tailguard::DDSketch;
 
@@ -23,6 +23,8 @@ use workload::{
 
 type Log = DDSketch<LogarithmicMapping, CollapsingLowestStore<1024>>;
 type Lin = DDSketch<LinearMapping, CollapsingLowestStore<1024>>;
+/// The integer record path, like for like with `hdrhistogram`'s `record`.
+type Int = DDSketch<LogLinearMapping, CollapsingLowestStore<1024>>;
 
 fn add(c: &mut Criterion) {
     let data = latencies();
@@ -50,6 +52,10 @@ fn add(c: &mut Criterion) {
     g.bench_function("sketches-ddsketch", |b| {
         b.iter(|| pass(&data, |v| peer.add(v)))
     });
+    let mut int = Int::with_accuracy(ALPHA).unwrap();
+    g.bench_function("tailguard add_u64, log-linear", |b| {
+        b.iter(|| pass(&ints, |v| int.add_u64(v).unwrap()))
+    });
     let mut h = hdr();
     g.bench_function("hdrhistogram record", |b| {
         b.iter(|| pass(&ints, |v| h.record(v).unwrap()))
@@ -75,6 +81,9 @@ fn add(c: &mut Criterion) {
     });
     g.bench_function("sketches-ddsketch", |b| {
         b.iter(|| pass_per_value(&data, |v| peer.add(v)))
+    });
+    g.bench_function("tailguard add_u64, log-linear", |b| {
+        b.iter(|| pass_per_value(&ints, |v| int.add_u64(v).unwrap()))
     });
     g.bench_function("hdrhistogram record", |b| {
         b.iter(|| pass_per_value(&ints, |v| h.record(v).unwrap()))

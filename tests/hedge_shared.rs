@@ -257,6 +257,7 @@ proptest! {
     /// The integer mapping, at α = 2 % (1 024 buckets span 2³², 140 ns to
     /// 10 min, in both hedgers).
     #[test]
+    #[cfg_attr(miri, ignore)]
     fn one_thread_answers_as_the_hedger_does_log_linear(
         config in config(),
         events in prop::collection::vec(event(2), 1..400),
