@@ -64,7 +64,48 @@ impl Clock for MonotonicClock {
     }
 }
 
-/// A duration in whole nanoseconds, saturating.
+/// A duration in whole nanoseconds, saturating. In 64-bit arithmetic, not
+/// through `as_nanos`'s `u128`: it runs on every clock read.
+#[inline]
 pub(crate) fn nanos(d: core::time::Duration) -> u64 {
-    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+    d.as_secs()
+        .checked_mul(1_000_000_000)
+        .and_then(|ns| ns.checked_add(u64::from(d.subsec_nanos())))
+        .unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::nanos;
+    use core::time::Duration;
+
+    #[test]
+    fn nanos_is_exact_and_saturates() {
+        let exact = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        let last = u64::MAX / 1_000_000_000; // 18 446 744 073 s
+        for d in [
+            Duration::ZERO,
+            Duration::new(0, 999_999_999),
+            Duration::new(1, 1),
+            Duration::new(last, 709_551_615), // u64::MAX ns exactly
+            Duration::new(last, 709_551_616), // one past
+            Duration::new(last + 1, 0),
+            Duration::MAX,
+        ] {
+            assert_eq!(nanos(d), exact(d), "{d:?}");
+        }
+        assert_eq!(nanos(Duration::new(last, 709_551_615)), u64::MAX);
+        assert_eq!(nanos(Duration::new(last, 709_551_614)), u64::MAX - 1);
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn nanos_matches_as_nanos(
+            secs in proptest::prop_oneof![0u64..=18_446_744_074, proptest::num::u64::ANY],
+            sub in 0u32..1_000_000_000,
+        ) {
+            let d = Duration::new(secs, sub);
+            proptest::prop_assert_eq!(nanos(d), u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+        }
+    }
 }

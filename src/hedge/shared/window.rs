@@ -110,7 +110,6 @@ struct AtomicSide {
     buckets: [AtomicU32; BUCKETS],
     /// Samples too small to index (elapsed 0).
     zero: AtomicU64,
-    count: AtomicU64,
     /// The smallest and largest sample (exact side only); `min > max`
     /// while empty.
     min: AtomicU64,
@@ -126,7 +125,6 @@ impl AtomicSide {
         Self {
             buckets: core::array::from_fn(|_| AtomicU32::new(0)),
             zero: AtomicU64::new(0),
-            count: AtomicU64::new(0),
             min: AtomicU64::new(u64::MAX),
             max: AtomicU64::new(0),
             lo: AtomicUsize::new(BUCKETS),
@@ -134,7 +132,8 @@ impl AtomicSide {
         }
     }
 
-    /// Adds one sample; `false` if its bucket is full.
+    /// Adds one sample to the buckets (the window counts it); `false` if
+    /// its bucket is full.
     #[inline]
     fn add<M: IndexMapping>(&self, p: &Params<M>, value: u64, extremes: bool) -> bool {
         // Integer keys (`index_u64`): 0, the only `u64` too small to
@@ -157,8 +156,6 @@ impl AtomicSide {
         } else {
             self.zero.fetch_add(1, Ordering::Relaxed);
         }
-        // Cannot overflow: 2⁶⁴ samples at 10⁹ a second take 584 years.
-        self.count.fetch_add(1, Ordering::Relaxed);
         if extremes {
             // Loads first: the common sample moves neither end.
             if value < self.min.load(Ordering::Relaxed) {
@@ -176,16 +173,10 @@ impl AtomicSide {
             b.store(0, Ordering::Relaxed);
         }
         self.zero.store(0, Ordering::Relaxed);
-        self.count.store(0, Ordering::Relaxed);
         self.min.store(u64::MAX, Ordering::Relaxed);
         self.max.store(0, Ordering::Relaxed);
         self.lo.store(BUCKETS, Ordering::Relaxed);
         self.hi.store(0, Ordering::Relaxed);
-    }
-
-    #[inline]
-    fn count(&self) -> u64 {
-        self.count.load(Ordering::Relaxed)
     }
 
     /// Every sample its buckets hold (a pass over them).
@@ -202,12 +193,13 @@ impl AtomicSide {
 /// A side as the estimator reads it.
 struct View<'a, M: IndexMapping> {
     side: &'a AtomicSide,
+    count: &'a AtomicU64,
     params: &'a Params<M>,
 }
 
 impl<M: IndexMapping> Side for View<'_, M> {
     fn count(&self) -> u64 {
-        self.side.count()
+        self.count.load(Ordering::Relaxed)
     }
 
     fn zero_count(&self) -> u64 {
@@ -309,10 +301,35 @@ impl Half {
         self.exact.clear();
         self.censored.clear();
     }
+}
 
-    #[inline]
-    fn count(&self) -> u64 {
-        self.exact.count().saturating_add(self.censored.count())
+/// Exact and censored samples of one half.
+type Counts = [AtomicU64; 2];
+const EXACT: usize = 0;
+const CENSORED: usize = 1;
+
+/// What every sample writes and every request reads, together on one
+/// line: a request then moves one contended line for all of it, not one
+/// per counter.
+#[derive(Debug)]
+struct Hot {
+    /// Samples per half (indexed like `halves`), exact and censored.
+    /// Cannot overflow: 2⁶⁴ samples at 10⁹ a second take 584 years.
+    counts: [Counts; 2],
+    /// The last two timestamps, older first.
+    recent: [AtomicU64; 2],
+}
+
+#[inline]
+fn sum(counts: &Counts) -> u64 {
+    let [e, c] = counts;
+    e.load(Ordering::Relaxed)
+        .saturating_add(c.load(Ordering::Relaxed))
+}
+
+fn clear_counts(counts: &Counts) {
+    for c in counts {
+        c.store(0, Ordering::Relaxed);
     }
 }
 
@@ -337,14 +354,14 @@ struct Padded<T>(T);
 #[derive(Debug)]
 pub(crate) struct AtomicWindow {
     halves: [Half; 2],
+    /// Sample counts and recent timestamps: written by most samples, so
+    /// on a line of their own, away from what is only read.
+    hot: Padded<Hot>,
     /// Which half is current (0 or 1).
     current: AtomicUsize,
     started: AtomicBool,
     /// When the current half began (once `started`).
     start: AtomicU64,
-    /// The last two timestamps, older first: written by most samples, so
-    /// on a line of its own, away from what every request reads.
-    recent: Padded<[AtomicU64; 2]>,
     /// Bumped by every rotation, emptying and period restart.
     generation: AtomicU64,
     /// The try-lock of rotation and refresh (on a line of its own too).
@@ -360,10 +377,13 @@ impl AtomicWindow {
     pub(crate) fn new() -> Self {
         Self {
             halves: [Half::new(), Half::new()],
+            hot: Padded(Hot {
+                counts: core::array::from_fn(|_| [AtomicU64::new(0), AtomicU64::new(0)]),
+                recent: [AtomicU64::new(0), AtomicU64::new(0)],
+            }),
             current: AtomicUsize::new(0),
             started: AtomicBool::new(false),
             start: AtomicU64::new(0),
-            recent: Padded([AtomicU64::new(0), AtomicU64::new(0)]),
             generation: AtomicU64::new(0),
             busy: Padded(AtomicBool::new(false)),
             cached: AtomicU64::new(0),
@@ -372,14 +392,21 @@ impl AtomicWindow {
         }
     }
 
-    /// The current half and the other one.
+    /// The index of the current half (0 or 1).
     #[inline]
-    fn halves(&self) -> (&Half, &Half) {
+    fn current(&self) -> usize {
+        self.current.load(Ordering::Acquire) & 1
+    }
+
+    /// Half `i` (0 or 1) and its counts.
+    #[inline]
+    fn half(&self, i: usize) -> (&Half, &Counts) {
         let [a, b] = &self.halves;
-        if self.current.load(Ordering::Acquire) & 1 == 0 {
-            (a, b)
+        let [ca, cb] = &self.hot.0.counts;
+        if i & 1 == 0 {
+            (a, ca)
         } else {
-            (b, a)
+            (b, cb)
         }
     }
 
@@ -408,20 +435,20 @@ impl AtomicWindow {
         exact: bool,
     ) -> bool {
         self.advance(p, now);
-        let (current, _) = self.halves();
-        let side = if exact {
-            &current.exact
+        let (current, counts) = self.half(self.current());
+        let (side, count) = if exact {
+            (&current.exact, &counts[EXACT])
         } else {
-            &current.censored
+            (&current.censored, &counts[CENSORED])
         };
         if !side.add(p, elapsed, exact) {
             return false;
         }
-        if current.count() >= p.rotation.max_samples {
+        count.fetch_add(1, Ordering::Relaxed);
+        if sum(counts) >= p.rotation.max_samples {
             self.try_locked(|| {
                 // Another thread may have rotated since.
-                let (current, _) = self.halves();
-                if current.count() >= p.rotation.max_samples {
+                if sum(self.half(self.current()).1) >= p.rotation.max_samples {
                     self.rotate(p, now);
                 }
             });
@@ -449,7 +476,7 @@ impl AtomicWindow {
             });
             return;
         }
-        let [r0, r1] = &self.recent.0;
+        let [r0, r1] = &self.hot.0.recent;
         let (older, last) = (r0.load(Ordering::Relaxed), r1.load(Ordering::Relaxed));
         let gap = now.saturating_sub(older.max(last));
         if now != last {
@@ -463,7 +490,7 @@ impl AtomicWindow {
         } else if now < start {
             Step::Restart
         } else if now.saturating_sub(start) >= period
-            && self.halves().0.exact.count() >= p.rotation.min_samples
+            && self.half(self.current()).1[EXACT].load(Ordering::Relaxed) >= p.rotation.min_samples
         {
             Step::Rotate
         } else {
@@ -475,9 +502,11 @@ impl AtomicWindow {
             }
             match step {
                 Step::Empty => {
-                    let (a, b) = self.halves();
-                    a.clear();
-                    b.clear();
+                    for i in 0..2 {
+                        let (half, counts) = self.half(i);
+                        half.clear();
+                        clear_counts(counts);
+                    }
                     self.set_recent(now, now);
                     self.start.store(now, Ordering::Relaxed);
                     self.bump_generation();
@@ -494,7 +523,7 @@ impl AtomicWindow {
 
     #[inline]
     fn set_recent(&self, older: u64, last: u64) {
-        let [r0, r1] = &self.recent.0;
+        let [r0, r1] = &self.hot.0.recent;
         r0.store(older, Ordering::Relaxed);
         r1.store(last, Ordering::Relaxed);
     }
@@ -507,9 +536,9 @@ impl AtomicWindow {
     /// Under the flag: the previous half is cleared, then made current.
     fn rotate<M: IndexMapping>(&self, p: &Params<M>, now: u64) {
         let old = self.current.load(Ordering::Relaxed) & 1;
-        if let Some(next) = self.halves.get(old ^ 1) {
-            next.clear();
-        }
+        let (next, counts) = self.half(old ^ 1);
+        next.clear();
+        clear_counts(counts);
         self.current.store(old ^ 1, Ordering::Release);
         self.start.store(now, Ordering::Relaxed);
         self.rotations.fetch_add(1, Ordering::Relaxed);
@@ -519,10 +548,22 @@ impl AtomicWindow {
 
     /// Under the flag: recomputes the cached quantile.
     fn refresh<M: IndexMapping>(&self, p: &Params<M>) {
-        let (current, previous) = self.halves();
-        let view = |side| View { side, params: p };
-        let (ce, cc) = (view(&current.exact), view(&current.censored));
-        let (pe, pc) = (view(&previous.exact), view(&previous.censored));
+        let cur = self.current();
+        let (current, cn) = self.half(cur);
+        let (previous, pn) = self.half(cur ^ 1);
+        let view = |side, count| View {
+            side,
+            count,
+            params: p,
+        };
+        let (ce, cc) = (
+            view(&current.exact, &cn[EXACT]),
+            view(&current.censored, &cn[CENSORED]),
+        );
+        let (pe, pc) = (
+            view(&previous.exact, &pn[EXACT]),
+            view(&previous.censored, &pn[CENSORED]),
+        );
         let q = survival::quantile(
             [
                 Pair {
@@ -553,15 +594,17 @@ impl AtomicWindow {
     /// Samples in both halves.
     #[inline]
     pub(crate) fn count(&self) -> u64 {
-        let [a, b] = &self.halves;
-        a.count().saturating_add(b.count())
+        let [a, b] = &self.hot.0.counts;
+        sum(a).saturating_add(sum(b))
     }
 
     /// Exact samples in both halves.
     #[inline]
     pub(crate) fn exact_count(&self) -> u64 {
-        let [a, b] = &self.halves;
-        a.exact.count().saturating_add(b.exact.count())
+        let [a, b] = &self.hot.0.counts;
+        a[EXACT]
+            .load(Ordering::Relaxed)
+            .saturating_add(b[EXACT].load(Ordering::Relaxed))
     }
 
     /// Whether the window would be emptied at `now`.
@@ -570,7 +613,7 @@ impl AtomicWindow {
         if !self.started.load(Ordering::Acquire) {
             return false;
         }
-        let [r0, r1] = &self.recent.0;
+        let [r0, r1] = &self.hot.0.recent;
         let reference = r0.load(Ordering::Relaxed).max(r1.load(Ordering::Relaxed));
         now.saturating_sub(reference) >= p.rotation.period_ns.saturating_mul(2)
     }
