@@ -16,7 +16,7 @@ use core::fmt;
 ///   which covers a dynamic range of `2^(1024 / 35)` ≈ 6·10⁸ (1 µs to
 ///   10 minutes in nanoseconds) at α = 1 % before it collapses.
 /// * `N` stores negative values, keyed on `−v`: [`NoStore`] by default, so
-///   the default sketch rejects negative values and takes 4 KiB plus 184 bytes;
+///   the default sketch rejects negative values and takes 4 KiB plus 200 bytes;
 ///   use [`SignedSketch`] for data of both signs.
 ///
 /// Zero, and magnitudes below the mapping's
@@ -54,6 +54,10 @@ use core::fmt;
 #[derive(Clone)]
 pub struct DDSketch<M = CubicMapping, P = CollapsingLowestStore<1024>, N = NoStore> {
     mapping: M,
+    /// The bits of the smallest indexable value and the span to the
+    /// largest's: the range test of every add, kept ready (see `indexable`).
+    indexable_low: u64,
+    indexable_span: u64,
     positive: P,
     negative: N,
     zero_count: u64,
@@ -231,8 +235,12 @@ impl<M: IndexMapping, P: Store, N: Store> DDSketch<M, P, N> {
 
     /// An empty sketch over a given mapping.
     pub fn with_mapping(mapping: M) -> Self {
+        let low = mapping.min_indexable_value().to_bits();
+        let high = mapping.max_indexable_value().to_bits();
         Self {
             mapping,
+            indexable_low: low,
+            indexable_span: high.wrapping_sub(low),
             positive: P::default(),
             negative: N::default(),
             zero_count: 0,
@@ -389,9 +397,7 @@ impl<M: IndexMapping, P: Store, N: Store> DDSketch<M, P, N> {
     /// indexable value's, and smaller ones wrap around to above the range.
     #[inline(always)]
     fn indexable(&self, value: f64) -> bool {
-        let low = self.mapping.min_indexable_value().to_bits();
-        let high = self.mapping.max_indexable_value().to_bits();
-        value.to_bits().wrapping_sub(low) <= high.wrapping_sub(low)
+        value.to_bits().wrapping_sub(self.indexable_low) <= self.indexable_span
     }
 
     #[inline(always)]
