@@ -1,0 +1,321 @@
+//! Audit of `SharedHedger` under the clocks and traffic real clients give
+//! it: clocks read apart, stepped back, jumped ahead, at the ends of
+//! `u64`; very low rates, bursts, a backend that slows down tenfold and
+//! recovers. Every timestamp is explicit: nothing here depends on timing.
+
+use proptest::prelude::*;
+use tailguard::budget::Budget;
+use tailguard::hedge::{
+    Attempt, CommitOutcome, HedgeConfig, Idempotency, NoHedge, Plan, SharedHedger, TimerAction,
+};
+
+const MS: u64 = 1_000_000;
+const SEC: u64 = 1_000 * MS;
+const MIN: u64 = 60 * SEC;
+const HOUR: u64 = 60 * MIN;
+
+/// One request started at `t` whose primary answers after `latency` and
+/// whose hedge (if the hedger releases one when its timer fires) answers
+/// after `hedge_latency`; the first answer commits. Returns the hedger's
+/// delay for the request, if it hedged on a timer.
+fn request<const T: usize>(
+    h: &SharedHedger<Budget, T>,
+    target: usize,
+    t: u64,
+    latency: u64,
+    hedge_latency: u64,
+) -> Option<u64> {
+    let mut r = h.start(target, t, Idempotency::Idempotent);
+    let primary_done = t.saturating_add(latency);
+    let (mut winner, mut done) = (Attempt::PRIMARY, primary_done);
+    if let Some(at) = r.next_timer().filter(|&at| at < primary_done) {
+        if let TimerAction::SendHedge(hedge) = h.on_timer(&mut r, at) {
+            let hedge_done = at.saturating_add(hedge_latency);
+            if hedge_done < primary_done {
+                (winner, done) = (hedge, hedge_done);
+            }
+        }
+    }
+    let outcome = h.on_commit(&mut r, winner, done);
+    assert!(matches!(outcome, CommitOutcome::Won { .. }), "{outcome:?}");
+    r.delay_ns()
+}
+
+/// Whether `delay` is the quantile of a backend answering in exactly
+/// `latency`, within the mapping's relative accuracy (1 %).
+fn accurate(delay: Option<u64>, latency: u64) -> bool {
+    delay.is_some_and(|d| d.abs_diff(latency) * 100 <= latency)
+}
+
+/// A clock disturbance between two stretches of normal traffic.
+#[derive(Clone, Copy, Debug)]
+enum Disturbance {
+    /// Timestamps from `threads` threads that read the clock up to
+    /// `skew_ns` apart, interleaved out of order.
+    Skew { threads: u64, skew_ns: u64 },
+    /// The clock steps back by this much and stays there.
+    StepBack(u64),
+    /// One stretch far ahead (this much), then back to the true time.
+    JumpAheadAndBack(u64),
+}
+
+fn disturbance() -> impl Strategy<Value = Disturbance> {
+    prop_oneof![
+        (2u64..8, 1u64..5 * MS)
+            .prop_map(|(threads, skew_ns)| Disturbance::Skew { threads, skew_ns }),
+        prop::sample::select(vec![MS, SEC, 31 * SEC, HOUR, 10_000 * HOUR])
+            .prop_map(Disturbance::StepBack),
+        prop::sample::select(vec![SEC, 61 * SEC, HOUR, 1 << 62, u64::MAX / 2])
+            .prop_map(Disturbance::JumpAheadAndBack),
+    ]
+}
+
+/// Where the true clock starts: the low end, a plain value, the high end
+/// (a jump ahead from there saturates at `u64::MAX`).
+fn origin() -> impl Strategy<Value = u64> {
+    prop::sample::select(vec![0, 5 * SEC, 1 << 40, u64::MAX - 3 * HOUR])
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// Survived and recovered: whatever the clock did, once it is back to
+    /// normal the delay is the true quantile within the mapping's accuracy
+    /// after at most `min_samples` answers (an emptied window refills) —
+    /// and it never stops being so under skew alone; nothing is left in
+    /// flight; the budget grants at most its share.
+    #[test]
+    #[cfg_attr(miri, ignore)]
+    fn clock_trouble_is_survived_and_recovered_from(
+        disturbance in disturbance(),
+        origin in origin(),
+        latency_ms in 2u64..40,
+    ) {
+        let latency = latency_ms * MS;
+        let min_samples = 20;
+        let config = HedgeConfig::DEFAULT
+            .min_samples(min_samples)
+            .prior_delay_ns(latency / 2)
+            .max_hedges_in_flight(4);
+        let h: SharedHedger<Budget, 2> = SharedHedger::with_budget(config, Budget::default()).unwrap();
+        // Normal traffic, one request every 10 ms: warm and exact.
+        let mut t = origin;
+        for _ in 0..200 {
+            request(&h, 0, t, latency, latency);
+            t = t.saturating_add(10 * MS);
+        }
+        prop_assert!(accurate(h.delay_ns(0, t), latency), "{:?}", h.delay_ns(0, t));
+        // The disturbance, 200 requests long.
+        match disturbance {
+            Disturbance::Skew { threads, skew_ns } => {
+                for i in 0..200u64 {
+                    // Thread `i % threads` reads the clock `skew` late.
+                    let skew = (i % threads) * skew_ns / threads;
+                    let at = t.saturating_sub(skew);
+                    let delay = request(&h, 0, at, latency, latency);
+                    // Skew alone never costs the estimate.
+                    prop_assert!(accurate(delay, latency), "{delay:?} at {i}");
+                    t = t.saturating_add(MS);
+                }
+            }
+            Disturbance::StepBack(back) => {
+                t = t.saturating_sub(back);
+                for _ in 0..200 {
+                    request(&h, 0, t, latency, latency);
+                    t = t.saturating_add(10 * MS);
+                }
+            }
+            Disturbance::JumpAheadAndBack(ahead) => {
+                let mut far = t.saturating_add(ahead);
+                for _ in 0..200 {
+                    request(&h, 0, far, latency, latency);
+                    far = far.saturating_add(10 * MS);
+                }
+            }
+        }
+        // Back to normal: recovered within `min_samples` answers.
+        let mut recovered_after = None;
+        for i in 0..200u64 {
+            let delay = request(&h, 0, t, latency, latency);
+            t = t.saturating_add(10 * MS);
+            if recovered_after.is_none() && accurate(h.delay_ns(0, t), latency) {
+                recovered_after = Some(i);
+            }
+            if let Some(r) = recovered_after {
+                // ...and stays so.
+                prop_assert!(i == r || accurate(delay, latency), "{delay:?} at {i}");
+            }
+        }
+        let recovered_after = recovered_after.expect("recovers");
+        prop_assert!(recovered_after < min_samples, "after {recovered_after} answers");
+        prop_assert!(accurate(h.delay_ns(1, t), latency), "the aggregate recovers too");
+        // Every request finished: nothing in flight, now or later.
+        prop_assert_eq!(h.hedges_in_flight(t), 0);
+        prop_assert_eq!(h.hedges_in_flight(t.saturating_add(10 * SEC)), 0);
+        let stats = h.stats();
+        let budget = h.budget_stats();
+        prop_assert_eq!(stats.requests, 600);
+        prop_assert_eq!(stats.hedges_sent, budget.grants);
+        // The ratio budget's bound: 15 % of the requests, whatever the clock.
+        prop_assert!(budget.grants * 10_000 <= stats.requests * 1_500, "{:?}", budget);
+        // Each request: one exact sample, a censored one per hedge, or
+        // nothing recorded when its times could not be real.
+        prop_assert_eq!(
+            stats.samples + stats.samples_refused + stats.clock_anomalies,
+            600 + stats.hedges_sent - stats.censored_samples
+        );
+    }
+}
+
+/// A backend 10× slower for a while, then back: at a high rate the delay
+/// follows each change within two rotations of `rotation_samples`
+/// answers (the documented window), and is exact in between.
+#[test]
+#[cfg_attr(miri, ignore)]
+fn a_tenfold_slowdown_is_followed_within_two_batches_each_way() {
+    let batch = 1_000; // rotation_samples for p90
+    let config = HedgeConfig::DEFAULT.prior_delay_ns(MS);
+    let h: SharedHedger = SharedHedger::with_budget(config, Budget::Unlimited).unwrap();
+    let mut t = SEC;
+    // Requests start every 1 ms, each answering after `latency` (the hedge
+    // alike): returns how many requests it took for the delay to become
+    // exact, running `n` requests.
+    let mut phase = |latency: u64, n: u64| {
+        let mut followed = None;
+        for i in 0..n {
+            request(&h, 0, t, latency, latency);
+            t += MS;
+            if followed.is_none() && accurate(h.delay_ns(0, t), latency) {
+                followed = Some(i);
+            }
+        }
+        (followed, h.delay_ns(0, t))
+    };
+    let (_, warm) = phase(3 * MS, 3 * batch);
+    assert!(accurate(warm, 3 * MS), "{warm:?}");
+    let (up, slow) = phase(30 * MS, 3 * batch);
+    assert!(accurate(slow, 30 * MS), "{slow:?}");
+    let up = up.unwrap();
+    eprintln!("10x slowdown followed after {up} requests");
+    assert!(up < 2 * batch, "followed the slowdown after {up}");
+    let (down, fast) = phase(3 * MS, 3 * batch);
+    assert!(accurate(fast, 3 * MS), "{fast:?}");
+    let down = down.unwrap();
+    eprintln!("recovery followed after {down} requests");
+    assert!(down <= 2 * batch, "followed the recovery after {down}");
+    assert_eq!(h.hedges_in_flight(t), 0);
+}
+
+/// One request a minute with the defaults: every gap is two 30 s periods,
+/// so the window empties before each sample and the hedger never warms up
+/// (documented: "a client that sends at least one request a period stays
+/// warm"). With a 10 min period the same traffic warms up after
+/// `min_samples` answers, stays warm, follows a 10× slowdown within a few
+/// answers and forgets it within two halves of `min_samples` answers.
+#[test]
+#[cfg_attr(miri, ignore)]
+fn one_request_a_minute() {
+    let cold: SharedHedger = SharedHedger::new(HedgeConfig::DEFAULT).unwrap();
+    for i in 0..100 {
+        request(&cold, 0, i * MIN, 4 * MS, 4 * MS);
+    }
+    let stats = cold.stats();
+    assert_eq!((stats.cold_starts, stats.samples), (100, 100));
+    assert_eq!(cold.delay_ns(0, 99 * MIN + 5 * MS), None);
+
+    let min_samples = 20;
+    let config = HedgeConfig::DEFAULT.rotation_period_ns(10 * MIN);
+    let h: SharedHedger = SharedHedger::with_budget(config, Budget::Unlimited).unwrap();
+    let mut t = 0;
+    let mut phase = |latency: u64, n: u64| {
+        let mut followed = None;
+        for i in 0..n {
+            request(&h, 0, t, latency, latency);
+            t += MIN;
+            if followed.is_none() && accurate(h.delay_ns(0, t - MIN + latency), latency) {
+                followed = Some(i);
+            }
+        }
+        followed.expect("followed")
+    };
+    assert_eq!(
+        phase(4 * MS, 60),
+        min_samples - 1,
+        "warm at the 20th answer"
+    );
+    // Slower: more than 10 % of the window is soon slow.
+    let up = phase(40 * MS, 60);
+    eprintln!("1/min: slowdown followed after {up} answers");
+    assert!(up <= 5, "followed the slowdown after {up}");
+    let down = phase(4 * MS, 60);
+    eprintln!("1/min: recovery followed after {down} answers");
+    assert!(down < 2 * min_samples, "followed the recovery after {down}");
+    assert_eq!(
+        h.stats().cold_starts,
+        min_samples,
+        "cold only while warming up"
+    );
+}
+
+/// Bursts of 300 requests in 30 ms every 20 s: the window rotates on its
+/// sample count and on time, and the delay stays exact through the quiet.
+#[test]
+#[cfg_attr(miri, ignore)]
+fn bursts_keep_the_delay_exact() {
+    let config = HedgeConfig::DEFAULT;
+    let h: SharedHedger = SharedHedger::with_budget(config, Budget::Unlimited).unwrap();
+    for burst in 0..20u64 {
+        let t0 = SEC + burst * 20 * SEC;
+        for i in 0..300 {
+            request(&h, 0, t0 + i * 100_000, 6 * MS, 6 * MS);
+        }
+        // Read in the middle of the quiet that follows.
+        let quiet = t0 + 10 * SEC;
+        assert!(accurate(h.delay_ns(0, quiet), 6 * MS), "burst {burst}");
+        assert_eq!(
+            h.plan(0, quiet),
+            Plan::Hedge {
+                delay_ns: h.delay_ns(0, quiet).unwrap(),
+                source: tailguard::hedge::DelaySource::Target
+            }
+        );
+    }
+    // A quiet longer than two periods: cold, never a stale number.
+    let later = SEC + 20 * 20 * SEC + 61 * SEC;
+    assert_eq!(h.plan(0, later), Plan::NoHedge(NoHedge::ColdStart));
+}
+
+/// Many targets with `T > 1`, and target indexes beyond `T`: each target's
+/// delay is its own latency, the out-of-range ones share the aggregate,
+/// whose delay is the quantile of every sample.
+#[test]
+#[cfg_attr(miri, ignore)]
+fn targets_keep_their_own_delays_and_the_rest_share_the_aggregate() {
+    let config = HedgeConfig::DEFAULT.min_samples(10);
+    let h: SharedHedger<Budget, 4> = SharedHedger::with_budget(config, Budget::Unlimited).unwrap();
+    // Target k answers in (k + 1) ms; targets 4..100 answer in 50 ms, one
+    // request each per round.
+    let mut t = SEC;
+    for _ in 0..40 {
+        for target in 0..100usize {
+            let latency = if target < 4 {
+                (target as u64 + 1) * MS
+            } else {
+                50 * MS
+            };
+            request(&h, target, t, latency, latency);
+            t += 100_000;
+        }
+    }
+    for target in 0..4usize {
+        assert!(
+            accurate(h.delay_ns(target, t), (target as u64 + 1) * MS),
+            "target {target}: {:?}",
+            h.delay_ns(target, t)
+        );
+    }
+    // 96 % of the samples are 50 ms: so is the aggregate's p90.
+    for target in [4, 99, 1_000, usize::MAX] {
+        assert!(accurate(h.delay_ns(target, t), 50 * MS), "target {target}");
+    }
+}
