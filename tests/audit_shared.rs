@@ -4,6 +4,7 @@
 //! recovers. Every timestamp is explicit: nothing here depends on timing.
 
 use proptest::prelude::*;
+use std::sync::atomic::Ordering::Relaxed;
 use tailguard::budget::Budget;
 use tailguard::hedge::{
     Attempt, CommitOutcome, HedgeConfig, Idempotency, NoHedge, Plan, SharedHedger, TimerAction,
@@ -337,4 +338,155 @@ fn targets_keep_their_own_delays_and_the_rest_share_the_aggregate() {
     for target in [4, 99, 1_000, usize::MAX] {
         assert!(accurate(h.delay_ns(target, t), 50 * MS), "target {target}");
     }
+}
+
+/// How one request of the concurrent test ends.
+#[derive(Clone, Copy, Debug)]
+enum End {
+    PrimaryWins,
+    HedgeWins,
+    /// The hedge fails (retryable), then the primary wins.
+    HedgeFailsThenPrimary,
+    /// The primary fails fatally.
+    Fatal,
+    /// The caller gives up (a dropped guard, a timeout).
+    Abandon,
+}
+
+/// Threads whose clocks read a little apart run requests ending every
+/// way, hedged or not, against one hedger with an in-flight cap: every
+/// counter comes out at its exact answer, nothing stays in flight once
+/// every request has ended, and the budget keeps its bound. (Time is one
+/// virtual clock the threads advance, read up to 3 ms apart; the lease is
+/// longer than the run, so that a thread the OS preempts for long cannot
+/// see its hedges expire.)
+#[test]
+fn every_ending_from_many_threads_balances_exactly() {
+    let (threads, per) = if cfg!(miri) {
+        (2u64, 10u64)
+    } else {
+        (4, 3_000)
+    };
+    let config = HedgeConfig::DEFAULT
+        .prior_delay_ns(2 * MS)
+        .min_samples(5)
+        .max_hedges(2)
+        .max_hedges_in_flight(3)
+        .in_flight_lease_ns(1 << 60);
+    let clock = std::sync::atomic::AtomicU64::new(SEC);
+    let h: SharedHedger<Budget, 2> = SharedHedger::with_budget(config, Budget::default()).unwrap();
+    /// What one thread expects the hedger to have counted.
+    #[derive(Default)]
+    struct Expect {
+        wins: u64,
+        gave_up: u64,
+        censored: u64,
+    }
+    let expected: Vec<Expect> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|k| {
+                let (h, clock) = (&h, &clock);
+                s.spawn(move || {
+                    let mut e = Expect::default();
+                    for i in 0..per {
+                        // Up to 3 ms of skew between threads.
+                        let skew = k * 3 * MS / threads;
+                        let t = clock.fetch_add(MS, Relaxed).saturating_sub(skew);
+                        let end = match (i + k) % 5 {
+                            0 => End::PrimaryWins,
+                            1 => End::HedgeWins,
+                            2 => End::HedgeFailsThenPrimary,
+                            3 => End::Fatal,
+                            _ => End::Abandon,
+                        };
+                        let target = (i % 3) as usize; // 2 is beyond T
+                        let mut r = h.start(target, t, Idempotency::Idempotent);
+                        let mut now = t + MS;
+                        let mut hedge = None;
+                        if let Some(at) = r.next_timer().filter(|_| i % 2 == 0) {
+                            now = at;
+                            if let TimerAction::SendHedge(a) = h.on_timer(&mut r, at) {
+                                hedge = Some(a);
+                            }
+                            now += MS;
+                        }
+                        let in_flight = r.in_flight().len();
+                        match (end, hedge) {
+                            (End::HedgeWins, Some(a)) => {
+                                assert!(matches!(
+                                    h.on_commit(&mut r, a, now),
+                                    CommitOutcome::Won { .. }
+                                ));
+                                e.wins += 1;
+                                e.censored += u64::from(in_flight) - 1;
+                            }
+                            (End::HedgeFailsThenPrimary, Some(a)) => {
+                                // Another hedge may go out at once.
+                                let _ = h.on_failure(
+                                    &mut r,
+                                    a,
+                                    now,
+                                    tailguard::hedge::Failure::Retryable,
+                                );
+                                let in_flight = r.in_flight().len();
+                                assert!(matches!(
+                                    h.on_commit(&mut r, Attempt::PRIMARY, now + MS),
+                                    CommitOutcome::Won { .. }
+                                ));
+                                e.wins += 1;
+                                e.censored += u64::from(in_flight) - 1;
+                            }
+                            (End::Fatal, _) => {
+                                let outcome = h.on_failure(
+                                    &mut r,
+                                    Attempt::PRIMARY,
+                                    now,
+                                    tailguard::hedge::Failure::Fatal,
+                                );
+                                assert!(matches!(
+                                    outcome,
+                                    tailguard::hedge::FailureOutcome::GiveUp { .. }
+                                ));
+                                e.gave_up += 1;
+                                e.censored += u64::from(in_flight) - 1;
+                            }
+                            (End::Abandon, _) => {
+                                let cancel = h.abandon(&mut r, now);
+                                assert_eq!(cancel.len(), in_flight);
+                                e.gave_up += 1;
+                                e.censored += u64::from(in_flight);
+                            }
+                            _ => {
+                                assert!(matches!(
+                                    h.on_commit(&mut r, Attempt::PRIMARY, now),
+                                    CommitOutcome::Won { .. }
+                                ));
+                                e.wins += 1;
+                                e.censored += u64::from(in_flight) - 1;
+                            }
+                        }
+                        assert!(r.is_finished());
+                    }
+                    e
+                })
+            })
+            .collect();
+        handles.into_iter().map(|j| j.join().unwrap()).collect()
+    });
+    let sum = |f: fn(&Expect) -> u64| expected.iter().map(f).sum::<u64>();
+    let stats = h.stats();
+    let requests = threads * per;
+    assert_eq!(stats.requests, requests);
+    assert_eq!(stats.primary_wins + stats.hedge_wins, sum(|e| e.wins));
+    assert_eq!(stats.gave_up, sum(|e| e.gave_up));
+    assert_eq!(stats.samples, sum(|e| e.wins), "winners only are exact");
+    assert_eq!(stats.censored_samples, sum(|e| e.censored));
+    assert_eq!(stats.samples_refused + stats.clock_anomalies, 0);
+    assert_eq!(stats.leases_expired, 0, "every hedge was released");
+    let end = clock.load(Relaxed) + 10 * MS;
+    assert_eq!(h.hedges_in_flight(end), 0);
+    let budget = h.budget_stats();
+    assert_eq!(budget.grants, stats.hedges_sent);
+    assert!(budget.grants * 10_000 <= requests * 1_500, "{budget:?}");
+    assert!(stats.hedges_sent > 0 && stats.hedge_wins > 0, "{stats:?}");
 }
