@@ -159,6 +159,34 @@ fn wide_config() -> impl Strategy<Value = HedgeConfig> {
         )
 }
 
+/// Configurations at their extremes: rotation on every sample or every
+/// nanosecond, one sample to warm up, leases of a few nanoseconds, zero
+/// delays, one hedge in flight. (Ticks stay below the 2⁴⁰-slot horizon
+/// of tiny leases, the documented exception.)
+fn extreme_config() -> impl Strategy<Value = HedgeConfig> {
+    (
+        config(),
+        prop::sample::select(vec![1u64, 1_000, 10 * MS]),
+        prop::option::of(1u64..3),
+        prop::sample::select(vec![1u64, 7, 8, 1_000]),
+        prop::sample::select(vec![(0, 0), (0, u64::MAX), (0, 1), (5 * MS, 5 * MS)]),
+        0u8..=tailguard::hedge::MAX_HEDGES,
+    )
+        .prop_map(|(c, period, rotation, lease, (min, max), hedges)| {
+            let c = c
+                .min_samples(1)
+                .rotation_period_ns(period)
+                .in_flight_lease_ns(lease)
+                .min_delay_ns(min)
+                .max_delay_ns(max)
+                .max_hedges(hedges);
+            match rotation {
+                Some(n) => c.rotation_samples(n),
+                None => c,
+            }
+        })
+}
+
 /// Budgets of every kind (each hedger gets its own, alike).
 fn budget_kind() -> impl Strategy<Value = u8> {
     0u8..4
@@ -362,6 +390,16 @@ proptest! {
         events in prop::collection::vec(wide_event(3), 1..EVENTS),
     ) {
         run_both_from::<3, CubicMapping>(config, || make_budget(budget), start, &events);
+    }
+
+    #[test]
+    #[cfg_attr(miri, ignore)]
+    fn one_thread_answers_as_the_hedger_does_at_the_extremes(
+        config in extreme_config(),
+        budget in budget_kind(),
+        events in prop::collection::vec(event(2), 1..EVENTS),
+    ) {
+        run_both_from::<2, CubicMapping>(config, || make_budget(budget), 10 * SEC, &events);
     }
 
     #[test]
