@@ -313,3 +313,65 @@ fn guards_dropped_on_other_threads_give_up_at_once() {
         (0, censored, 30)
     );
 }
+
+/// An inner future that panics after the hedge went out: the task dies,
+/// its response future is dropped while unwinding, and the request is
+/// given up at once (both attempts censored, nothing in flight).
+#[tokio::test(start_paused = true)]
+async fn an_inner_panic_gives_the_request_up() {
+    let calls = Arc::new(AtomicU64::new(0));
+    let counter = Arc::clone(&calls);
+    let backend = service_fn(move |id: u64| {
+        let k = counter.fetch_add(1, Relaxed);
+        async move {
+            sleep(ms(if k == 0 { 100 } else { 1 })).await;
+            assert!(k == 0, "the hedge's attempt panics");
+            Ok::<_, Fail>(id)
+        }
+    });
+    let hedger = hedger(capped());
+    let layer = HedgeLayer::new(Arc::clone(&hedger), Idempotent);
+    let clock = layer.tokio_clock();
+    let task = tokio::spawn(layer.layer(backend).oneshot(1));
+    assert!(task.await.unwrap_err().is_panic());
+    assert_eq!(calls.load(Relaxed), 2);
+    assert_eq!(hedger.hedges_in_flight(clock.now_ns()), 0);
+    let stats = hedger.stats();
+    assert_eq!(
+        (
+            stats.hedges_sent,
+            stats.samples,
+            stats.censored_samples,
+            stats.gave_up
+        ),
+        (1, 0, 2, 1)
+    );
+}
+
+/// Two layers over one hedger, each built with [`HedgeLayer::new`] (so
+/// each with a `TokioClock` of its own origin), an hour apart: the hedger
+/// sees two time bases an hour apart. Its in-flight cap then counts only
+/// the hedges of one layer at a time, and a window fed by both
+/// alternately keeps emptying on what looks like an idle gap.
+#[tokio::test(start_paused = true)]
+#[ignore = "documented contract (`crate::clock`: every request of a hedger must use one \
+            clock), but `HedgeLayer::new` makes a fresh clock each time: two layers over \
+            one hedger silently get two time bases; see the audit report"]
+async fn two_layers_over_one_hedger_share_its_in_flight_cap() {
+    let backend = Backend::new(100);
+    let hedger = hedger(capped());
+    let first = HedgeLayer::new(Arc::clone(&hedger), Idempotent).layer(backend.service());
+    sleep(Duration::from_secs(3_600)).await;
+    let second = HedgeLayer::new(Arc::clone(&hedger), Idempotent).layer(backend.service());
+    let a = tokio::spawn(first.oneshot(1));
+    let b = tokio::spawn(second.oneshot(2));
+    sleep(ms(7)).await; // both hedges are due at 5 ms; the cap is one
+    let stats = hedger.stats();
+    assert_eq!(
+        (stats.hedges_sent, stats.in_flight_limited),
+        (1, 1),
+        "{stats:?}"
+    );
+    a.abort();
+    b.abort();
+}
