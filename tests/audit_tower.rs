@@ -375,3 +375,76 @@ async fn two_layers_over_one_hedger_share_its_in_flight_cap() {
     a.abort();
     b.abort();
 }
+
+/// Tokio's multi-threaded runtime, real time: requests race on four
+/// workers, a quarter of them abandoned by a timeout, a few failing.
+/// Whatever the interleaving, the counts balance exactly and nothing
+/// stays in flight (the assertions hold for any timing).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[cfg_attr(miri, ignore)]
+async fn multi_threaded_runtime_counts_balance() {
+    let n = 600u64;
+    let calls = Arc::new(AtomicU64::new(0));
+    let counter = Arc::clone(&calls);
+    let backend = service_fn(move |id: u64| {
+        let k = counter.fetch_add(1, Relaxed);
+        async move {
+            // 0 to 3 ms, the odd slow one at 20 ms.
+            let d = if k % 10 == 3 {
+                20_000
+            } else {
+                (k * 7 + id) % 3_000
+            };
+            sleep(Duration::from_micros(d)).await;
+            if k % 23 == 5 {
+                Err(Fail(Failure::Retryable))
+            } else {
+                Ok(id)
+            }
+        }
+    });
+    let config = HedgeConfig::DEFAULT
+        .prior_delay_ns(2 * MS)
+        .min_samples(20)
+        .max_hedges(2)
+        .max_hedges_in_flight(8)
+        .in_flight_lease_ns(3_600_000 * MS);
+    let hedger = Arc::new(SharedHedger::new(config).unwrap());
+    let layer = HedgeLayer::new(Arc::clone(&hedger), Idempotent);
+    let clock = layer.tokio_clock();
+    let service = layer.layer(backend);
+    let tasks: Vec<_> = (0..n)
+        .map(|id| {
+            let call = service.clone().oneshot(id);
+            tokio::spawn(async move {
+                if id % 4 == 0 {
+                    tokio::time::timeout(Duration::from_micros(1_500), call)
+                        .await
+                        .ok()
+                } else {
+                    Some(call.await)
+                }
+            })
+        })
+        .collect();
+    let (mut ok, mut failed, mut timed_out) = (0u64, 0u64, 0u64);
+    for task in tasks {
+        match task.await.unwrap() {
+            Some(Ok(_)) => ok += 1,
+            Some(Err(HedgeError::Service(_))) => failed += 1,
+            Some(Err(e)) => panic!("{e:?}"),
+            None => timed_out += 1,
+        }
+    }
+    let stats = hedger.stats();
+    assert_eq!(stats.requests, n);
+    assert_eq!(stats.primary_wins + stats.hedge_wins, ok);
+    assert_eq!(stats.gave_up, failed + timed_out);
+    assert_eq!(stats.samples, ok, "winners alone are exact");
+    assert_eq!(stats.samples_refused + stats.clock_anomalies, 0);
+    assert_eq!(stats.leases_expired, 0);
+    assert_eq!(hedger.hedges_in_flight(clock.now_ns()), 0);
+    assert_eq!(hedger.budget_stats().grants, stats.hedges_sent);
+    // A hedge released in the same poll as the race ends is never called.
+    assert!(calls.load(Relaxed) <= n + stats.hedges_sent + stats.retries_released);
+}
