@@ -448,3 +448,80 @@ async fn multi_threaded_runtime_counts_balance() {
     // A hedge released in the same poll as the race ends is never called.
     assert!(calls.load(Relaxed) <= n + stats.hedges_sent + stats.retries_released);
 }
+
+/// A policy that copies a request once (the spare kept for extra
+/// attempts) and never again: it breaks its promise.
+#[derive(Clone, Default)]
+struct CopiesOnce(Arc<AtomicU64>);
+
+impl Policy<u64, Fail> for CopiesOnce {
+    fn idempotency(&self, _: &u64) -> Idempotency {
+        Idempotency::Idempotent
+    }
+
+    fn clone_request(&self, id: &u64) -> Option<u64> {
+        (self.0.fetch_add(1, Relaxed) == 0).then_some(*id)
+    }
+
+    fn failure(&self, error: &Fail) -> Failure {
+        error.0
+    }
+}
+
+/// A hedger whose budget counts its grants: ten tokens a second, ten at
+/// once.
+fn counted(config: HedgeConfig) -> Arc<SharedHedger<Budget>> {
+    let bucket = tailguard::TokenBucket::new(10, 10).unwrap();
+    Arc::new(SharedHedger::with_budget(config, Budget::TokenBucket(bucket)).unwrap())
+}
+
+/// A hedge that cannot be copied never goes out; it must not take the
+/// hedger's budget for attempt after attempt that cannot go out either
+/// (one hedge asked for, one token at most), and the primary races on.
+#[tokio::test(start_paused = true)]
+async fn an_uncopyable_hedge_spends_one_token_at_most() {
+    let backend = Backend::new(30);
+    let config = HedgeConfig::DEFAULT.prior_delay_ns(5 * MS);
+    let hedger = counted(config);
+    let service =
+        HedgeLayer::new(Arc::clone(&hedger), CopiesOnce::default()).layer(backend.service());
+    let t0 = Instant::now();
+    assert_eq!(service.oneshot(3).await.unwrap(), 3);
+    assert_eq!(t0.elapsed(), ms(30), "the primary answered");
+    assert_eq!(backend.calls.load(Relaxed), 1);
+    let stats = hedger.stats();
+    assert_eq!(
+        (
+            stats.hedges_sent,
+            hedger.budget_stats().grants,
+            stats.samples,
+            stats.censored_samples
+        ),
+        (1, 1, 1, 0),
+        "one hedge released and failed, nothing recorded for it: {stats:?}"
+    );
+}
+
+/// The same with nothing else in flight: the primary fails (retryable),
+/// its retry cannot be copied, and the request fails with the primary's
+/// error after one retry released, not `max_retries`.
+#[tokio::test(start_paused = true)]
+async fn an_uncopyable_retry_fails_the_request_once() {
+    let backend = service_fn(|_: u64| async {
+        sleep(ms(1)).await;
+        Err::<u64, _>(Fail(Failure::Retryable))
+    });
+    let config = HedgeConfig::DEFAULT.prior_delay_ns(5 * MS).max_retries(3);
+    let hedger = hedger(config);
+    let service = HedgeLayer::new(Arc::clone(&hedger), CopiesOnce::default()).layer(backend);
+    assert_eq!(
+        service.oneshot(5).await.unwrap_err(),
+        HedgeError::Service(Fail(Failure::Retryable))
+    );
+    let stats = hedger.stats();
+    assert_eq!(
+        (stats.retries_released, stats.gave_up, stats.samples),
+        (1, 1, 0),
+        "{stats:?}"
+    );
+}
