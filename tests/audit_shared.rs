@@ -490,3 +490,109 @@ fn every_ending_from_many_threads_balances_exactly() {
     assert!(budget.grants * 10_000 <= requests * 1_500, "{budget:?}");
     assert!(stats.hedges_sent > 0 && stats.hedge_wins > 0, "{stats:?}");
 }
+
+/// A budget that grants every hedge, but only once two callers are
+/// inside it at once: it holds two threads between the hedger's in-flight
+/// check and its in-flight count, the interleaving a race would give.
+#[derive(Debug)]
+struct Rendezvous(std::sync::Barrier);
+
+impl tailguard::budget::HedgeBudget for Rendezvous {
+    fn on_request(&self, _: u64) {}
+
+    fn try_acquire(&self, _: u64) -> bool {
+        self.0.wait();
+        true
+    }
+
+    fn stats(&self) -> tailguard::budget::BudgetStats {
+        Budget::Unlimited.stats()
+    }
+
+    fn drained(&self, _: u64) -> Self {
+        Self(std::sync::Barrier::new(2))
+    }
+}
+
+/// Two threads whose hedge timers fire together, one place in flight
+/// left: one hedge goes out, the other is refused for the cap — never
+/// both, whatever the interleaving (here the worst one, made certain).
+#[test]
+fn two_threads_cannot_both_take_the_last_in_flight_place() {
+    let config = HedgeConfig::DEFAULT
+        .prior_delay_ns(MS)
+        .max_hedges_in_flight(1);
+    let h: SharedHedger<Rendezvous> =
+        SharedHedger::with_budget(config, Rendezvous(std::sync::Barrier::new(2))).unwrap();
+    let actions: Vec<_> = std::thread::scope(|s| {
+        let threads: Vec<_> = (0..2)
+            .map(|_| {
+                let h = &h;
+                s.spawn(move || {
+                    let mut r = h.start(0, SEC, Idempotency::Idempotent);
+                    let action = h.on_timer(&mut r, SEC + MS);
+                    // The request (and its hedge) stays in flight.
+                    (action, r)
+                })
+            })
+            .collect();
+        threads.into_iter().map(|t| t.join().unwrap()).collect()
+    });
+    let (actions, _in_flight): (Vec<_>, Vec<_>) = actions.into_iter().unzip();
+    let sent = actions
+        .iter()
+        .filter(|a| matches!(a, TimerAction::SendHedge(_)))
+        .count();
+    assert_eq!(sent, 1, "{actions:?}");
+    assert!(actions.contains(&TimerAction::Skip(NoHedge::InFlightLimit)));
+    assert_eq!(h.hedges_in_flight(SEC + MS), 1);
+    let stats = h.stats();
+    assert_eq!((stats.hedges_sent, stats.in_flight_limited), (1, 1));
+}
+
+/// The in-flight cap holds across threads: however many threads fire
+/// their hedge timers at once, at most `cap` hedges are out at any time.
+/// (Rounds: every thread starts a request, all fire their timers
+/// together, the hedges are counted, then every request ends.)
+#[test]
+#[cfg_attr(miri, ignore)]
+fn the_in_flight_cap_holds_across_threads() {
+    let (threads, rounds, cap) = (4usize, 5_000u64, 2u32);
+    let config = HedgeConfig::DEFAULT
+        .prior_delay_ns(MS)
+        .max_hedges_in_flight(cap)
+        .min_samples(u64::MAX);
+    let h: SharedHedger = SharedHedger::with_budget(config, Budget::Unlimited).unwrap();
+    let fire = std::sync::Barrier::new(threads);
+    let end = std::sync::Barrier::new(threads);
+    let worst = std::sync::atomic::AtomicU32::new(0);
+    std::thread::scope(|s| {
+        for _ in 0..threads {
+            let (h, fire, end, worst) = (&h, &fire, &end, &worst);
+            s.spawn(move || {
+                for round in 0..rounds {
+                    let t = SEC + round * 10 * MS;
+                    let mut r = h.start(0, t, Idempotency::Idempotent);
+                    fire.wait();
+                    let _ = h.on_timer(&mut r, t + MS);
+                    worst.fetch_max(h.hedges_in_flight(t + MS), Relaxed);
+                    end.wait();
+                    h.abandon(&mut r, t + 2 * MS);
+                    end.wait();
+                }
+            });
+        }
+    });
+    let stats = h.stats();
+    assert!(
+        worst.load(Relaxed) <= cap,
+        "{} hedges in flight under a cap of {cap} ({} sent, {} limited)",
+        worst.load(Relaxed),
+        stats.hedges_sent,
+        stats.in_flight_limited
+    );
+    assert_eq!(
+        stats.hedges_sent + stats.in_flight_limited,
+        threads as u64 * rounds
+    );
+}
