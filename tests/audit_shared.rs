@@ -640,7 +640,7 @@ fn a_live_request_keeps_its_hedge_in_flight_past_the_lease() {
 #[test]
 #[cfg_attr(miri, ignore)]
 fn bimodal_latencies_under_hedging_give_the_attempt_quantile() {
-    use rand::{Rng, SeedableRng};
+    use rand::{RngExt, SeedableRng};
     let mut rng = rand::rngs::StdRng::seed_from_u64(7);
     let mut draw = move || {
         if rng.random_bool(0.8) {
