@@ -124,6 +124,15 @@ impl<C: Clock, B: HedgeBudget, const T: usize> RequestGuard<C, B, T> {
         self.hedger.abandon(&mut self.request, now)
     }
 
+    /// No further attempt can be sent (the caller has nothing left to copy
+    /// them from): the hedger releases none from here on, neither hedge
+    /// nor retry, so none takes a budget token or an in-flight place.
+    #[cfg(feature = "tower")]
+    pub(crate) fn stop_extra_attempts(&mut self) {
+        self.request.hedgeable = false;
+        self.request.next_hedge_at = None;
+    }
+
     /// The hedger.
     pub fn hedger(&self) -> &Arc<SharedHedger<B, T>> {
         &self.hedger

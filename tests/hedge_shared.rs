@@ -111,6 +111,96 @@ fn config() -> impl Strategy<Value = HedgeConfig> {
         )
 }
 
+/// Events with what `event` leaves out: clock steps of hours back and
+/// days ahead, attempts up to the last one, time standing still.
+fn wide_event(targets: usize) -> impl Strategy<Value = Event> {
+    prop_oneof![
+        1 => prop_oneof![
+            4 => Just(0i64),
+            2 => -3_600_000_000i64..=-1_000_000_000,
+            2 => 1_000_000_000i64..=86_400_000_000,
+        ]
+        .prop_map(Event::Tick),
+        9 => event(targets),
+        2 => (0..8usize, 0..8u8).prop_map(|(slot, attempt)| Event::Commit { slot, attempt }),
+        1 => (0..8usize, 0..8u8, any::<bool>())
+            .prop_map(|(slot, attempt, fatal)| Event::Fail { slot, attempt, fatal }),
+    ]
+}
+
+/// Configurations with what `config` leaves out: quantiles, multipliers,
+/// delay bounds, up to `MAX_HEDGES` hedges and more retries, accuracies
+/// whose 1 024 buckets still reach 1 µs, shorter sample limits.
+fn wide_config() -> impl Strategy<Value = HedgeConfig> {
+    (
+        config(),
+        prop::sample::select(vec![0.5, 0.9, 0.99, 0.999]),
+        prop::sample::select(vec![1u32, 500, 1_000, 1_500, 4_000, u32::MAX]),
+        (0u64..5, prop::option::of(5u64..100)),
+        (0u8..=tailguard::hedge::MAX_HEDGES, 0u8..8),
+        prop::sample::select(vec![0.01, 0.02, 0.05]),
+        prop::sample::select(vec![600 * SEC, 5 * SEC, 20 * MS]),
+    )
+        .prop_map(
+            |(c, q, permille, (min_ms, max_ms), (hedges, retries), alpha, max_sample)| {
+                let c = c
+                    .quantile(q)
+                    .delay_multiplier_permille(permille)
+                    .min_delay_ns(min_ms * MS)
+                    .max_hedges(hedges)
+                    .max_retries(retries)
+                    .relative_accuracy(alpha)
+                    .max_sample_ns(max_sample);
+                match max_ms {
+                    Some(max) => c.max_delay_ns(max * MS),
+                    None => c,
+                }
+            },
+        )
+}
+
+/// Configurations at their extremes: rotation on every sample or every
+/// nanosecond, one sample to warm up, leases of a few nanoseconds, zero
+/// delays, one hedge in flight. (Ticks stay below the 2⁴⁰-slot horizon
+/// of tiny leases, the documented exception.)
+fn extreme_config() -> impl Strategy<Value = HedgeConfig> {
+    (
+        config(),
+        prop::sample::select(vec![1u64, 1_000, 10 * MS]),
+        prop::option::of(1u64..3),
+        prop::sample::select(vec![1u64, 7, 8, 1_000]),
+        prop::sample::select(vec![(0, 0), (0, u64::MAX), (0, 1), (5 * MS, 5 * MS)]),
+        0u8..=tailguard::hedge::MAX_HEDGES,
+    )
+        .prop_map(|(c, period, rotation, lease, (min, max), hedges)| {
+            let c = c
+                .min_samples(1)
+                .rotation_period_ns(period)
+                .in_flight_lease_ns(lease)
+                .min_delay_ns(min)
+                .max_delay_ns(max)
+                .max_hedges(hedges);
+            match rotation {
+                Some(n) => c.rotation_samples(n),
+                None => c,
+            }
+        })
+}
+
+/// Budgets of every kind (each hedger gets its own, alike).
+fn budget_kind() -> impl Strategy<Value = u8> {
+    0u8..4
+}
+
+fn make_budget(kind: u8) -> Budget {
+    match kind {
+        0 => Budget::default(),
+        1 => Budget::Unlimited,
+        2 => Budget::Never,
+        _ => Budget::TokenBucket(tailguard::TokenBucket::new(50, 3).unwrap()),
+    }
+}
+
 /// Drives a `Hedger<usize, Budget, T, _, M>` and a
 /// `SharedHedger<Budget, T, M>` with the same events and asserts they
 /// answer alike at every step.
@@ -118,13 +208,24 @@ fn run_both<const T: usize, M: IndexMapping + FromRelativeAccuracy>(
     config: HedgeConfig,
     events: &[Event],
 ) {
+    run_both_from::<T, M>(config, Budget::default, 10 * SEC, events);
+}
+
+/// [`run_both`] with budgets made by `budget` and the clock starting at
+/// `start`.
+fn run_both_from<const T: usize, M: IndexMapping + FromRelativeAccuracy>(
+    config: HedgeConfig,
+    budget: impl Fn() -> Budget,
+    start: u64,
+    events: &[Event],
+) {
     let mut plain: Hedger<usize, Budget, T, CollapsingLowestStore<1024>, M> =
-        Hedger::with_budget(config, Budget::default()).unwrap();
-    let shared: SharedHedger<Budget, T, M> =
-        SharedHedger::with_budget(config, Budget::default()).unwrap();
+        Hedger::with_budget(config, budget()).unwrap();
+    let shared: SharedHedger<Budget, T, M> = SharedHedger::with_budget(config, budget()).unwrap();
     let mut live: Vec<(Request<usize>, Request<usize>)> = Vec::new();
-    // Multiples of 1 µs: elapsed times are 0 or within the shared key range.
-    let mut now = 10 * SEC;
+    // Multiples of 1 µs from `start`: elapsed times are 0 or within the
+    // shared key range.
+    let mut now = start;
     for (step, e) in events.iter().enumerate() {
         let slot = |s: usize, n: usize| (n > 0).then(|| s % n);
         match *e {
@@ -272,6 +373,43 @@ proptest! {
         events in prop::collection::vec(event(3), 1..EVENTS),
     ) {
         run_both::<3, CubicMapping>(config, &events);
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(192))]
+
+    /// Wider configurations and events, every budget kind, and clocks that
+    /// start at 0 or near `u64::MAX` (saturating ticks pin time there).
+    #[test]
+    #[cfg_attr(miri, ignore)]
+    fn one_thread_answers_as_the_hedger_does_in_every_configuration(
+        config in wide_config(),
+        budget in budget_kind(),
+        start in prop::sample::select(vec![0, 10 * SEC, u64::MAX - 100 * SEC, u64::MAX]),
+        events in prop::collection::vec(wide_event(3), 1..EVENTS),
+    ) {
+        run_both_from::<3, CubicMapping>(config, || make_budget(budget), start, &events);
+    }
+
+    #[test]
+    #[cfg_attr(miri, ignore)]
+    fn one_thread_answers_as_the_hedger_does_at_the_extremes(
+        config in extreme_config(),
+        budget in budget_kind(),
+        events in prop::collection::vec(event(2), 1..EVENTS),
+    ) {
+        run_both_from::<2, CubicMapping>(config, || make_budget(budget), 10 * SEC, &events);
+    }
+
+    #[test]
+    #[cfg_attr(miri, ignore)]
+    fn one_thread_answers_as_the_hedger_does_in_every_configuration_one_target(
+        config in wide_config(),
+        budget in budget_kind(),
+        events in prop::collection::vec(wide_event(1), 1..EVENTS),
+    ) {
+        run_both_from::<1, CubicMapping>(config, || make_budget(budget), 10 * SEC, &events);
     }
 }
 

@@ -80,6 +80,16 @@ pub struct HedgeConfig {
     /// without a final event: it stops counting between ¾ of this and this
     /// long after it was sent (the lease is counted in four slots of
     /// `⌊lease / 4⌋` ns, at least 1 ns each). Default 10 s.
+    ///
+    /// The slots cannot tell a dropped request from a live one: a hedge
+    /// whose request is still racing after the lease stops counting too
+    /// (and is counted in [`HedgeStats::leases_expired`](super::HedgeStats::leases_expired)),
+    /// so requests that may outlive it (long polls, streams) can take
+    /// more than [`max_hedges_in_flight`](Self::max_hedges_in_flight)
+    /// places. Set the lease above the longest request, e.g. the
+    /// [`deadline`](Self::deadline_ns); with `RequestGuard` or the tower
+    /// layer (features `std`, `tower`), which give a dropped request up
+    /// at once, a long lease costs nothing.
     pub in_flight_lease_ns: u64,
     /// Give the whole request up this long after its start (the caller's
     /// hard timeout). Default `None`.

@@ -39,8 +39,9 @@ pub(crate) trait Core<K> {
     fn config(&self) -> &HedgeConfig;
     /// Hedges in flight at `now`.
     fn in_flight_count(&self, now: u64) -> u32;
-    /// Counts a hedge sent at `now` as in flight.
-    fn in_flight_acquire(&mut self, now: u64);
+    /// Counts a hedge sent at `now` as in flight, unless `cap` hedges
+    /// already are (another thread took the last place since the check).
+    fn in_flight_acquire(&mut self, now: u64, cap: Option<u32>) -> bool;
     /// Takes back a hedge sent at `sent_at`.
     fn in_flight_release(&mut self, sent_at: u64);
     /// Takes a hedge token for a request to `target` at `now`.
@@ -179,17 +180,21 @@ fn send_next<K: Copy, C: Core<K>>(
             if request.hedges >= max_hedges {
                 return Err(NoHedge::AttemptsExhausted);
             }
-            if core
-                .config()
-                .max_hedges_in_flight
-                .is_some_and(|cap| core.in_flight_count(now) >= cap)
-            {
+            let cap = core.config().max_hedges_in_flight;
+            if cap.is_some_and(|cap| core.in_flight_count(now) >= cap) {
                 core.bump(Stat::InFlightLimited);
                 return Err(NoHedge::InFlightLimit);
             }
             if !core.acquire_token(request.target(), now) {
                 core.bump(Stat::BudgetDenials);
                 return Err(NoHedge::BudgetDenied);
+            }
+            // Counted only if a place is still free: between the check and
+            // here another thread may have taken the last one (the token
+            // is then spent for nothing, which fails closed).
+            if !core.in_flight_acquire(now, cap) {
+                core.bump(Stat::InFlightLimited);
+                return Err(NoHedge::InFlightLimit);
             }
         }
         Extra::Retry => {
@@ -208,7 +213,6 @@ fn send_next<K: Copy, C: Core<K>>(
             request.hedges = request.hedges.saturating_add(1);
             request.hedge_attempts = request.hedge_attempts.with(attempt);
             request.leased = request.leased.with(attempt);
-            core.in_flight_acquire(now);
             core.bump(Stat::HedgesSent);
         }
         Extra::Retry => {

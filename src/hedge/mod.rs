@@ -547,8 +547,10 @@ impl<K: PartialEq + Copy, B: HedgeBudget, const T: usize, S: Store, M: IndexMapp
     }
 
     #[inline]
-    fn in_flight_acquire(&mut self, now: u64) {
+    fn in_flight_acquire(&mut self, now: u64, _cap: Option<u32>) -> bool {
+        // One thread: the machine's check just before still holds.
         self.in_flight.acquire(now);
+        true
     }
 
     #[inline]

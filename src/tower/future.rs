@@ -323,8 +323,12 @@ where
                 self.extras.push((attempt, Box::pin(future)));
                 continue;
             }
-            // The policy broke its promise: this attempt never went out.
+            // The policy broke its promise: this attempt never went out,
+            // and no later one could (nothing to copy it from), so the
+            // hedger releases no more: each would take a budget token and
+            // an in-flight place for nothing.
             *self.spare = None;
+            self.guard.stop_extra_attempts();
             match self.guard.on_failure(attempt, Failure::Retryable) {
                 FailureOutcome::SendNow(again) => next = Some(again),
                 FailureOutcome::GiveUp { .. } => return Settled::Over(Err(HedgeError::NotCloned)),

@@ -24,6 +24,11 @@ pub struct HedgeLayer<P, C = OnResponse, B: HedgeBudget = Budget, const T: usize
 impl<P, B: HedgeBudget, const T: usize> HedgeLayer<P, OnResponse, B, T> {
     /// Hedges with `hedger` under `policy`, committing on the response
     /// ([`OnResponse`]), timed by a [`TokioClock`] starting now.
+    ///
+    /// A second layer over the same hedger must be given this one's clock
+    /// (`.clock(first.tokio_clock())`): two clocks started at different
+    /// times give the hedger two time bases, and its in-flight cap and
+    /// windows then see each layer's requests as far from the other's.
     pub fn new(hedger: Arc<SharedHedger<B, T>>, policy: P) -> Self {
         Self {
             hedger,

@@ -25,7 +25,8 @@ pub trait Policy<Req, E> {
     /// kept for extra attempts) and once per extra attempt on that copy: it
     /// must keep answering `Some` for a request it copied once. (If it does
     /// not, that attempt counts as a retryable failure that never went
-    /// out; with nothing else in flight the request fails with
+    /// out, and no further attempt is released for the request; with
+    /// nothing else in flight it fails with
     /// [`HedgeError::NotCloned`](super::HedgeError::NotCloned).)
     fn clone_request(&self, request: &Req) -> Option<Req>;
 

@@ -52,42 +52,71 @@ impl AtomicInFlight {
     /// Hedges counted at `now`: those whose slot is within `SLOTS` slots
     /// of `now`'s, before or after it.
     pub(crate) fn count(&self, now: u64) -> u32 {
-        let (_, current) = self.locate(now);
-        self.slots.iter().fold(0u32, |sum, slot| {
-            let w = slot.load(Ordering::Acquire);
-            let ahead = (w >> EPOCH_SHIFT).wrapping_sub(current) & (EPOCH_MOD - 1);
-            let near = ahead < SLOTS as u64 || EPOCH_MOD.wrapping_sub(ahead) < SLOTS as u64;
-            if w & VALID != 0 && near {
-                // `COUNT` < 2²³: the cast is exact.
-                sum.saturating_add((w & COUNT) as u32)
-            } else {
-                sum
-            }
-        })
+        self.count_but(now, None)
     }
 
-    /// Counts a hedge sent at `now`.
-    pub(crate) fn acquire(&self, now: u64) {
+    /// [`count`](Self::count) over every slot but `skip`.
+    fn count_but(&self, now: u64, skip: Option<&AtomicU64>) -> u32 {
+        let (_, current) = self.locate(now);
+        self.slots
+            .iter()
+            .filter(|slot| skip.is_none_or(|s| !core::ptr::eq(*slot, s)))
+            .fold(0u32, |sum, slot| {
+                let w = slot.load(Ordering::Acquire);
+                let ahead = (w >> EPOCH_SHIFT).wrapping_sub(current) & (EPOCH_MOD - 1);
+                let near = ahead < SLOTS as u64 || EPOCH_MOD.wrapping_sub(ahead) < SLOTS as u64;
+                if w & VALID != 0 && near {
+                    // `COUNT` < 2²³: the cast is exact.
+                    sum.saturating_add((w & COUNT) as u32)
+                } else {
+                    sum
+                }
+            })
+    }
+
+    /// Counts a hedge sent at `now`, unless that would make more than
+    /// `cap` hedges counted at `now`: `false` then, and nothing changes.
+    ///
+    /// The check and the count are one compare-and-swap on `now`'s slot,
+    /// so threads counting into one slot at once cannot both take its
+    /// last place; the other slots are read inside the loop, so only
+    /// threads counting into two different slots at the same instant (on
+    /// either side of a slot boundary) can each miss the other's.
+    pub(crate) fn acquire(&self, now: u64, cap: Option<u32>) -> bool {
         let (Some(slot), epoch) = self.locate(now) else {
-            return;
+            return true;
         };
         let mut expired = 0;
-        let _ = slot.fetch_update(Ordering::AcqRel, Ordering::Acquire, |w| {
-            if w & VALID != 0 && w >> EPOCH_SHIFT == epoch {
-                expired = 0;
-                Some(if w & COUNT < COUNT {
-                    w.wrapping_add(1)
-                } else {
-                    w
-                })
+        let counted = slot.fetch_update(Ordering::AcqRel, Ordering::Acquire, |w| {
+            // The slot as it would be for `now`: its own epoch's count, or
+            // reused (what it held expires).
+            let (base, expiring) = if w & VALID != 0 && w >> EPOCH_SHIFT == epoch {
+                (w, 0)
             } else {
-                expired = if w & VALID != 0 { w & COUNT } else { 0 };
-                Some(epoch << EPOCH_SHIFT | VALID | 1)
+                let held = if w & VALID != 0 { w & COUNT } else { 0 };
+                (epoch << EPOCH_SHIFT | VALID, held)
+            };
+            if let Some(cap) = cap {
+                // `COUNT` < 2²³: the cast is exact.
+                let own = (base & COUNT) as u32;
+                if self.count_but(now, Some(slot)).saturating_add(own) >= cap {
+                    return None;
+                }
             }
+            expired = expiring;
+            Some(if base & COUNT < COUNT {
+                base.wrapping_add(1)
+            } else {
+                base
+            })
         });
+        if counted.is_err() {
+            return false;
+        }
         if expired > 0 {
             self.expired.fetch_add(expired, Ordering::Relaxed);
         }
+        true
     }
 
     /// Takes back a hedge sent at `sent_at`, if its slot still counts it.
@@ -119,7 +148,8 @@ mod tests {
         #[test]
         fn counts_as_the_plain_slots_do(
             lease in 1u64..10_000,
-            ops in prop::collection::vec((0u8..3, 0u64..100_000), 1..200),
+            ops in prop::collection::vec((0u8..4, 0u64..100_000), 1..200),
+            cap in 1u32..4,
         ) {
             let mut plain = InFlight::new(lease);
             let shared = AtomicInFlight::new(lease);
@@ -127,11 +157,20 @@ mod tests {
                 match op {
                     0 => {
                         plain.acquire(t);
-                        shared.acquire(t);
+                        prop_assert!(shared.acquire(t, None));
                     }
                     1 => {
                         plain.release(t);
                         shared.release(t);
+                    }
+                    // Capped: counted exactly when the plain count is
+                    // below the cap (the check the machine makes first).
+                    2 => {
+                        let room = plain.count(t) < cap;
+                        if room {
+                            plain.acquire(t);
+                        }
+                        prop_assert_eq!(shared.acquire(t, Some(cap)), room);
                     }
                     _ => {}
                 }
@@ -144,7 +183,7 @@ mod tests {
     #[test]
     fn epochs_compare_modulo_2_pow_40() {
         let f = AtomicInFlight::new(4);
-        f.acquire(0);
+        assert!(f.acquire(0, None));
         assert_eq!(f.count(3), 1);
         assert_eq!(f.count(4 * 1_000), 0);
         // 2⁴⁰ slots later the slot looks current again: the documented bound.

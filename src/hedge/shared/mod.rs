@@ -21,7 +21,11 @@
 //!   which the next sample finds still due. Reading the delay is one load
 //!   (plus the loads that say whether the window is warm and not idle).
 //! * **in flight** — four time slots, each an `AtomicU64` holding epoch and
-//!   count, updated by compare-and-swap;
+//!   count, updated by compare-and-swap; a hedge is counted by one that
+//!   fails if [`max_hedges_in_flight`](HedgeConfig::max_hedges_in_flight)
+//!   are already counted, so threads whose timers fire together cannot
+//!   both take the last place (only two sending at the same instant on
+//!   either side of a slot boundary, every ¼ lease, can);
 //! * **budget** — already lock-free ([`HedgeBudget`] is `Sync`);
 //! * **counters** — striped over cache lines by thread (see
 //!   [`stats`](SharedHedger::stats)).
@@ -78,7 +82,10 @@
 //! writer is adding to; a sample whose writer was preempted across two
 //! rotations may be cleared with it or survive. A refresh racing with
 //! writers estimates from some of the samples arriving during its pass;
-//! the next refresh sees them all. The cached delay is one atomic word.
+//! the next refresh sees them all. The cached delay is one atomic word. A
+//! hedge refused for the in-flight cap after the budget granted it
+//! (another thread took the last place in between) has spent its token:
+//! the budget fails closed.
 //!
 //! # Time
 //! As with `Hedger`: timestamps are the caller's monotonic nanoseconds, and
@@ -319,8 +326,8 @@ impl<B: HedgeBudget, const T: usize, M: IndexMapping + FromRelativeAccuracy> Cor
     }
 
     #[inline]
-    fn in_flight_acquire(&mut self, now: u64) {
-        self.in_flight.acquire(now);
+    fn in_flight_acquire(&mut self, now: u64, cap: Option<u32>) -> bool {
+        self.in_flight.acquire(now, cap)
     }
 
     #[inline]

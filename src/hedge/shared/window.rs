@@ -341,6 +341,8 @@ enum Step {
     /// The clock went back: the period restarts.
     Restart,
     Rotate,
+    /// Nothing to do.
+    None,
 }
 
 /// A value alone on its cache lines (128 bytes: two 64-byte lines, which
@@ -479,10 +481,6 @@ impl AtomicWindow {
         let [r0, r1] = &self.hot.0.recent;
         let (older, last) = (r0.load(Ordering::Relaxed), r1.load(Ordering::Relaxed));
         let gap = now.saturating_sub(older.max(last));
-        if now != last {
-            // The samples of one request share its commit time: one entry.
-            self.set_recent(last, now);
-        }
         let start = self.start.load(Ordering::Relaxed);
         let period = p.rotation.period_ns;
         let step = if gap >= period.saturating_mul(2) {
@@ -494,8 +492,18 @@ impl AtomicWindow {
         {
             Step::Rotate
         } else {
-            return;
+            Step::None
         };
+        // An idle gap leaves "recent" alone until the window is emptied
+        // (which resets it): a thread that loses the flag leaves the gap
+        // for the next sample to find, not hidden behind its timestamp.
+        if now != last && step != Step::Empty {
+            // The samples of one request share its commit time: one entry.
+            self.set_recent(last, now);
+        }
+        if step == Step::None {
+            return;
+        }
         self.try_locked(|| {
             if self.generation.load(Ordering::Relaxed) != generation {
                 return; // another thread acted on the same news first
@@ -517,6 +525,7 @@ impl AtomicWindow {
                     self.bump_generation();
                 }
                 Step::Rotate => self.rotate(p, now),
+                Step::None => {}
             }
         });
     }
@@ -748,5 +757,59 @@ mod tests {
             assert!(exact < threads * per, "{exact} after {rotations} rotations");
         }
         assert!(w.cached_quantile().unwrap().abs_diff(2_000) <= 20);
+    }
+}
+
+#[cfg(test)]
+mod audit_tests {
+    use super::*;
+    use crate::hedge::HedgeConfig;
+
+    const MS: u64 = 1_000_000;
+
+    /// An idle gap's emptying that a busy try-lock made one thread skip is
+    /// still due at the next sample ("losers skip the work, which the next
+    /// sample finds still due"): stale samples never outlive the gap.
+    #[test]
+    fn an_idle_gap_skipped_under_the_lock_is_still_emptied_next() {
+        let config = HedgeConfig::DEFAULT.min_samples(1);
+        let mapping = CubicMapping::new(config.relative_accuracy).unwrap();
+        let p = Params::new(
+            mapping,
+            config.max_sample_ns,
+            config.rotation(),
+            config.quantile,
+        );
+        let period = p.rotation.period_ns;
+        let w = AtomicWindow::new();
+        // An old regime: 100 samples of 50 ms.
+        for i in 0..100 {
+            assert!(w.record(&p, i * MS, 50 * MS, true));
+        }
+        assert!(w.cached_quantile().unwrap() > 40 * MS);
+        // Three periods later, while another thread holds the flag (a
+        // refresh in progress), a 1 ms sample arrives: its thread cannot
+        // empty the window and carries on.
+        let back = 100 * MS + 3 * period;
+        assert!(w.is_idle_at(&p, back));
+        w.busy.0.store(true, Ordering::Release);
+        assert!(w.record(&p, back, MS, true));
+        w.busy.0.store(false, Ordering::Release);
+        // Still idle for readers: the emptying has not happened.
+        assert!(w.is_idle_at(&p, back + 1));
+        // The next sample finds the emptying still due: only the samples
+        // after the gap remain (the one recorded under the busy flag may
+        // go with the old ones), and the estimate is theirs.
+        for i in 1..=10 {
+            assert!(w.record(&p, back + i, MS, true));
+        }
+        let (exact, censored) = w.bucket_totals();
+        assert!(
+            (10..=11).contains(&exact),
+            "{exact} samples survive the gap"
+        );
+        assert_eq!(censored, 0);
+        let q = w.cached_quantile().unwrap();
+        assert!(q.abs_diff(MS) <= MS / 100, "{q}");
     }
 }
