@@ -45,9 +45,15 @@ const COUNT_MASK: u64 = 0xFFFF_FFFF;
 /// the cap. The window counters are two more `AtomicU64`s (one
 /// compare-and-swap per deposit on the current one), touched only by
 /// traffic-scaled budgets; on 64-bit targets they share the balance's
-/// cache line, so a deposit moves one line between cores, not two. Under concurrency a deposit may clip to a cap
-/// that misses deposits other threads counted after it did: that can only
-/// lower the balance (fail closed), never overdraw it or mint a token.
+/// cache line, so a deposit moves one line between cores, not two.
+///
+/// Under concurrency a deposit counts itself, then banks; before it clips
+/// the bank *down* it reads the counts again, so the cap it clips to misses
+/// only the deposits other threads have counted and not yet banked (one a
+/// thread at most), never the ones they banked in between: a deposit whose
+/// thread was preempted cannot pull the bank down to its own stale cap.
+/// What it misses can only lower the balance (fail closed), never overdraw
+/// it or mint a token.
 ///
 /// # Bound
 ///
@@ -364,6 +370,43 @@ impl RatioBudget {
         self.cap_for(if here > before { here } else { before })
     }
 
+    /// Adds one deposit to the balance, clipped to `cap` (the cap this
+    /// deposit's count gave).
+    #[inline]
+    fn settle(&self, mut cap: u64, now_ns: u64) {
+        let mut cur = self.ledger.balance.load(Ordering::Relaxed);
+        loop {
+            let sum = cur.saturating_add(self.deposit);
+            // Full (deposit capped away, by design) or above a cap that
+            // fell with traffic (clipped down to it).
+            let next = if sum < cap { sum } else { cap };
+            if next < cur {
+                // Before clipping the bank down, the counts again: other
+                // threads may have counted (and banked) deposits since this
+                // one counted. A cap read now is short only of deposits
+                // counted but not yet banked, so a stale deposit cannot
+                // pull the bank down to its old cap.
+                let fresh = self.cap_units_at(now_ns);
+                if fresh > cap {
+                    cap = fresh;
+                    continue;
+                }
+            }
+            if next == cur {
+                return;
+            }
+            match self.ledger.balance.compare_exchange_weak(
+                cur,
+                next,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return,
+                Err(actual) => cur = actual,
+            }
+        }
+    }
+
     /// `max(floor, share × count)` in units.
     #[inline]
     const fn cap_for(&self, count: u64) -> u64 {
@@ -406,25 +449,7 @@ impl HedgeBudget for RatioBudget {
             None => self.floor,
             Some(window) => self.count_deposit(now_ns, window),
         };
-        let mut cur = self.ledger.balance.load(Ordering::Relaxed);
-        loop {
-            let sum = cur.saturating_add(self.deposit);
-            // Full (deposit capped away, by design) or above a cap that
-            // fell with traffic (clipped down to it).
-            let next = if sum < cap { sum } else { cap };
-            if next == cur {
-                return;
-            }
-            match self.ledger.balance.compare_exchange_weak(
-                cur,
-                next,
-                Ordering::Relaxed,
-                Ordering::Relaxed,
-            ) {
-                Ok(_) => return,
-                Err(actual) => cur = actual,
-            }
-        }
+        self.settle(cap, now_ns);
     }
 
     #[inline]
@@ -677,6 +702,31 @@ mod tests {
             assert!(s.grants * UNITS_PER_TOKEN + s.balance <= deposits * 1_500);
             assert!(b.cap_units_at(t) <= (deposits * 1_500).max(10 * UNITS_PER_TOKEN));
         }
+    }
+
+    #[test]
+    fn a_stale_deposit_cannot_pull_the_bank_down_to_its_old_cap() {
+        // A deposit counts itself (the 101st), then its thread is
+        // preempted while 1 000 more are counted and banked; when it
+        // settles, its cap (101 deposits' worth) is long out of date.
+        let b = RatioBudget::default();
+        let window = b
+            .bank_window_ns()
+            .and_then(NonZeroU64::new)
+            .expect("scaled");
+        let t0 = 5 * SEC;
+        for i in 0..100 {
+            b.on_request(t0 + i);
+        }
+        let stale = b.count_deposit(t0 + 100, window);
+        assert_eq!(stale, 101 * 1_500);
+        for i in 0..1_000 {
+            b.on_request(t0 + 200 + i);
+        }
+        assert_eq!(b.balance(), 1_100 * 1_500);
+        b.settle(stale, t0 + 100);
+        // Every deposit banked: not clipped to 101 deposits' worth.
+        assert_eq!(b.balance(), 1_101 * 1_500);
     }
 
     #[test]
