@@ -710,10 +710,8 @@ mod tests {
         // preempted while 1 000 more are counted and banked; when it
         // settles, its cap (101 deposits' worth) is long out of date.
         let b = RatioBudget::default();
-        let window = b
-            .bank_window_ns()
-            .and_then(NonZeroU64::new)
-            .expect("scaled");
+        assert_eq!(b.bank_window_ns(), Some(SEC));
+        let window = b.window_ns.unwrap_or(NonZeroU64::MIN);
         let t0 = 5 * SEC;
         for i in 0..100 {
             b.on_request(t0 + i);
