@@ -41,7 +41,8 @@ async fn hedged_call(hedger: &Arc<SharedHedger>, clock: MonotonicClock, id: u64)
         // The timer to arm is always `next_timer()`; `plan()` only informs.
         let timer = request
             .next_timer()
-            .map(|at| Instant::from_std(clock.origin() + Duration::from_nanos(at)));
+            .and_then(|at| clock.instant(at))
+            .map(Instant::from_std);
         tokio::select! {
             Some(Ok((attempt, answer))) = attempts.join_next() => {
                 if let CommitOutcome::Won { .. } = request.on_commit(attempt) {
@@ -64,7 +65,7 @@ async fn main() {
         .min_samples(10)
         .prior_delay_ns(20_000_000);
     let hedger = Arc::new(SharedHedger::new(config).expect("valid configuration"));
-    let clock = MonotonicClock::new(); // one clock for every request of `hedger`
+    let clock = MonotonicClock::new(); // the shared time base: every `new` clock agrees
     let mut clients = JoinSet::new();
     for worker in 0..4u64 {
         let hedger = Arc::clone(&hedger);

@@ -19,7 +19,7 @@
 //! # use tailguard::hedge::SharedHedger;
 //!
 //! let hedger = Arc::new(SharedHedger::new(HedgeConfig::DEFAULT)?);
-//! let clock = MonotonicClock::new(); // one clock for every request of `hedger`
+//! let clock = MonotonicClock::new(); // the shared time base: every `new` clock agrees
 //!
 //! let mut request = RequestGuard::start(Arc::clone(&hedger), clock, 0, Idempotency::Idempotent);
 //! // ... send the primary, arm a timer at `request.next_timer()` ...

@@ -348,15 +348,13 @@ async fn an_inner_panic_gives_the_request_up() {
     );
 }
 
-/// Two layers over one hedger, each built with [`HedgeLayer::new`] (so
-/// each with a `TokioClock` of its own origin), an hour apart: the hedger
-/// sees two time bases an hour apart. Its in-flight cap then counts only
-/// the hedges of one layer at a time, and a window fed by both
-/// alternately keeps emptying on what looks like an idle gap.
+/// Two layers over one hedger, each built with [`HedgeLayer::new`], an
+/// hour apart. Were each clock's origin its own making, the hedger would
+/// see two time bases an hour apart: its in-flight cap would count only
+/// one layer's hedges at a time (two hedges out under a cap of one), and
+/// a window fed by both would keep emptying on what looks like an idle
+/// gap. Both clocks are on the shared time base: one cap for both.
 #[tokio::test(start_paused = true)]
-#[ignore = "documented contract (`crate::clock`: every request of a hedger must use one \
-            clock), but `HedgeLayer::new` makes a fresh clock each time: two layers over \
-            one hedger silently get two time bases; see the audit report"]
 async fn two_layers_over_one_hedger_share_its_in_flight_cap() {
     let backend = Backend::new(100);
     let hedger = hedger(capped());
@@ -444,7 +442,15 @@ async fn multi_threaded_runtime_counts_balance() {
     assert_eq!(stats.samples_refused + stats.clock_anomalies, 0);
     assert_eq!(stats.leases_expired, 0);
     assert_eq!(hedger.hedges_in_flight(clock.now_ns()), 0);
-    assert_eq!(hedger.budget_stats().grants, stats.hedges_sent);
+    // Every grant paid for a hedge, except where another thread took the
+    // last in-flight place between the check and the count (the token is
+    // then spent for nothing, and the refusal counted as in-flight limited).
+    let grants = hedger.budget_stats().grants;
+    assert!(grants >= stats.hedges_sent, "{grants} {stats:?}");
+    assert!(
+        grants - stats.hedges_sent <= stats.in_flight_limited,
+        "{grants} {stats:?}"
+    );
     // A hedge released in the same poll as the race ends is never called.
     assert!(calls.load(Relaxed) <= n + stats.hedges_sent + stats.retries_released);
 }

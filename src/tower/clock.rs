@@ -3,38 +3,48 @@
 
 use tokio::time::Instant;
 
-use crate::clock::{nanos, Clock};
+use crate::clock::{Base, Clock};
 
 /// [`tokio::time::Instant`]-based [`Clock`]: the nanoseconds the hedger
 /// sees and the instants its timers sleep until come from the same source.
-/// Copies share the origin; every request of one hedger must use copies of
-/// one clock (see [`crate::clock`]).
+///
+/// [`new`](Self::new) clocks are on the process's shared time base (see
+/// [`crate::clock`]): one instant reads the same on every one of them and
+/// on every [`MonotonicClock::new`](crate::clock::MonotonicClock::new), so
+/// any number of layers and guards over one hedger agree. Under tokio's
+/// paused clock they read paused time, in order even when the runtime's
+/// clock runs behind the base's anchor.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TokioClock {
-    origin: Instant,
+    base: Base,
 }
 
 impl TokioClock {
-    /// A clock whose origin is now (tokio's now: paused time in tests).
+    /// A clock on the process's shared time base.
     pub fn new() -> Self {
-        Self::since(Instant::now())
+        Self {
+            base: Base::shared(),
+        }
     }
 
-    /// A clock whose origin is `origin`.
-    pub const fn since(origin: Instant) -> Self {
-        Self { origin }
+    /// A clock that reads 0 at `origin` (and before it), nanoseconds
+    /// since `origin` after it. Only clocks made `since` the same origin
+    /// share its time base.
+    pub fn since(origin: Instant) -> Self {
+        Self {
+            base: Base::since(origin.into_std()),
+        }
     }
 
-    /// The origin.
-    pub const fn origin(&self) -> Instant {
-        self.origin
+    /// What `instant` reads on this clock.
+    pub fn reading(&self, instant: Instant) -> u64 {
+        self.base.reading(instant.into_std())
     }
 
-    /// The instant `ns` nanoseconds after the origin; `None` past what
-    /// `Instant` can represent.
+    /// The instant that reads `ns` on this clock; `None` where `Instant`
+    /// cannot go.
     pub fn instant(&self, ns: u64) -> Option<Instant> {
-        self.origin
-            .checked_add(core::time::Duration::from_nanos(ns))
+        self.base.instant(ns).map(Instant::from_std)
     }
 }
 
@@ -45,7 +55,8 @@ impl Default for TokioClock {
 }
 
 impl Clock for TokioClock {
+    #[inline]
     fn now_ns(&self) -> u64 {
-        nanos(Instant::now().saturating_duration_since(self.origin))
+        self.base.reading(Instant::now().into_std())
     }
 }

@@ -23,12 +23,11 @@ pub struct HedgeLayer<P, C = OnResponse, B: HedgeBudget = Budget, const T: usize
 
 impl<P, B: HedgeBudget, const T: usize> HedgeLayer<P, OnResponse, B, T> {
     /// Hedges with `hedger` under `policy`, committing on the response
-    /// ([`OnResponse`]), timed by a [`TokioClock`] starting now.
-    ///
-    /// A second layer over the same hedger must be given this one's clock
-    /// (`.clock(first.tokio_clock())`): two clocks started at different
-    /// times give the hedger two time bases, and its in-flight cap and
-    /// windows then see each layer's requests as far from the other's.
+    /// ([`OnResponse`]), timed by [`TokioClock::new`]: the process's shared
+    /// time base, so any number of layers (and
+    /// [`RequestGuard`](crate::guard::RequestGuard)s on
+    /// [`MonotonicClock::new`](crate::clock::MonotonicClock::new)) over
+    /// one hedger time its requests alike.
     pub fn new(hedger: Arc<SharedHedger<B, T>>, policy: P) -> Self {
         Self {
             hedger,
@@ -51,8 +50,9 @@ impl<P, C, B: HedgeBudget, const T: usize> HedgeLayer<P, C, B, T> {
         }
     }
 
-    /// Times requests with `clock` (to share one with other users of the
-    /// hedger).
+    /// Times requests with `clock` instead; every user of the hedger must
+    /// be on `clock`'s time base (a clock made
+    /// [`since`](TokioClock::since) an origin of your own is on no other's).
     #[must_use]
     pub fn clock(mut self, clock: TokioClock) -> Self {
         self.clock = clock;

@@ -35,7 +35,8 @@ pub struct HedgeService<S, P, C = OnResponse, B: HedgeBudget = Budget, const T: 
 
 impl<S, P, C, B: HedgeBudget, const T: usize> HedgeService<S, P, C, B, T> {
     /// Hedges `inner`'s requests with `hedger`, timed by `clock` (every
-    /// request of `hedger` must use copies of one clock).
+    /// request of `hedger` must be timed on one time base: see
+    /// [`crate::clock`]).
     pub fn new(
         inner: S,
         hedger: Arc<SharedHedger<B, T>>,
