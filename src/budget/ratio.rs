@@ -44,8 +44,7 @@ const COUNT_MASK: u64 = 0xFFFF_FFFF;
 /// cap at the first deposit after traffic fell); withdrawals never look at
 /// the cap. The window counters are two more `AtomicU64`s (one
 /// compare-and-swap per deposit on the current one), touched only by
-/// traffic-scaled budgets; on 64-bit targets they share the balance's
-/// cache line, so a deposit moves one line between cores, not two.
+/// traffic-scaled budgets.
 ///
 /// Under concurrency a deposit counts itself, then banks; before it clips
 /// the bank *down* it reads the counts again, so the cap it clips to misses
@@ -116,7 +115,8 @@ const COUNT_MASK: u64 = 0xFFFF_FFFF;
 /// ```
 #[derive(Debug)]
 pub struct RatioBudget {
-    ledger: Ledger,
+    /// Balance in units; at most the cap of the latest deposit.
+    balance: AtomicU64,
     counters: Counters,
     /// Units deposited per primary request (the share in basis points).
     deposit: u64,
@@ -124,30 +124,11 @@ pub struct RatioBudget {
     floor: u64,
     /// Bank window of a traffic-scaled budget; `None` for a fixed cap.
     window_ns: Option<NonZeroU64>,
-    reserve: Option<TokenBucket>,
-}
-
-/// What a deposit writes, together on one cache line (on 64-bit targets):
-/// under concurrency a request then moves one contended line, not two.
-#[derive(Debug)]
-#[cfg_attr(target_pointer_width = "64", repr(align(64)))]
-struct Ledger {
-    /// Balance in units; at most the cap of the latest deposit.
-    balance: AtomicU64,
     /// Deposits in the latest even- and odd-numbered windows: the window
     /// number's low 32 bits above a saturating 32-bit count.
     even: AtomicU64,
     odd: AtomicU64,
-}
-
-impl Ledger {
-    const fn new() -> Self {
-        Self {
-            balance: AtomicU64::new(0),
-            even: AtomicU64::new(0),
-            odd: AtomicU64::new(0),
-        }
-    }
+    reserve: Option<TokenBucket>,
 }
 
 impl RatioBudget {
@@ -243,12 +224,14 @@ impl RatioBudget {
         window_ns: Option<NonZeroU64>,
     ) -> Self {
         Self {
-            ledger: Ledger::new(),
+            balance: AtomicU64::new(0),
             counters: Counters::new(),
             deposit: share_bps as u64,
             // u32 × 10⁴ < 2⁴⁶: cannot saturate.
             floor: (floor_tokens as u64).saturating_mul(UNITS_PER_TOKEN),
             window_ns,
+            even: AtomicU64::new(0),
+            odd: AtomicU64::new(0),
             reserve: None,
         }
     }
@@ -260,11 +243,13 @@ impl RatioBudget {
     #[must_use]
     pub const fn with_reserve(self, reserve: TokenBucket) -> Self {
         Self {
-            ledger: self.ledger,
+            balance: self.balance,
             counters: self.counters,
             deposit: self.deposit,
             floor: self.floor,
             window_ns: self.window_ns,
+            even: self.even,
+            odd: self.odd,
             reserve: Some(reserve),
         }
     }
@@ -321,7 +306,7 @@ impl RatioBudget {
     /// The balance in units, not counting the reserve.
     #[must_use]
     pub fn balance(&self) -> u64 {
-        self.ledger.balance.load(Ordering::Relaxed)
+        self.balance.load(Ordering::Relaxed)
     }
 
     /// The window tag of `now_ns` (its window number's low 32 bits), its
@@ -333,9 +318,9 @@ impl RatioBudget {
         #[allow(clippy::cast_possible_truncation)]
         let tag = k as u32;
         if k & 1 == 0 {
-            (tag, &self.ledger.even, &self.ledger.odd)
+            (tag, &self.even, &self.odd)
         } else {
-            (tag, &self.ledger.odd, &self.ledger.even)
+            (tag, &self.odd, &self.even)
         }
     }
 
@@ -374,7 +359,7 @@ impl RatioBudget {
     /// deposit's count gave).
     #[inline]
     fn settle(&self, mut cap: u64, now_ns: u64) {
-        let mut cur = self.ledger.balance.load(Ordering::Relaxed);
+        let mut cur = self.balance.load(Ordering::Relaxed);
         loop {
             let sum = cur.saturating_add(self.deposit);
             // Full (deposit capped away, by design) or above a cap that
@@ -395,7 +380,7 @@ impl RatioBudget {
             if next == cur {
                 return;
             }
-            match self.ledger.balance.compare_exchange_weak(
+            match self.balance.compare_exchange_weak(
                 cur,
                 next,
                 Ordering::Relaxed,
@@ -454,9 +439,9 @@ impl HedgeBudget for RatioBudget {
 
     #[inline]
     fn try_acquire(&self, now_ns: u64) -> bool {
-        let mut cur = self.ledger.balance.load(Ordering::Relaxed);
+        let mut cur = self.balance.load(Ordering::Relaxed);
         while let Some(next) = cur.checked_sub(UNITS_PER_TOKEN) {
-            match self.ledger.balance.compare_exchange_weak(
+            match self.balance.compare_exchange_weak(
                 cur,
                 next,
                 Ordering::Relaxed,
@@ -491,11 +476,13 @@ impl HedgeBudget for RatioBudget {
     /// (or fixed cap) and window; the reserve, if any, drained at `now_ns`.
     fn drained(&self, now_ns: u64) -> Self {
         Self {
-            ledger: Ledger::new(),
+            balance: AtomicU64::new(0),
             counters: Counters::new(),
             deposit: self.deposit,
             floor: self.floor,
             window_ns: self.window_ns,
+            even: AtomicU64::new(0),
+            odd: AtomicU64::new(0),
             reserve: self.reserve.as_ref().map(|r| r.drained(now_ns)),
         }
     }

@@ -110,6 +110,7 @@ struct AtomicSide {
     buckets: [AtomicU32; BUCKETS],
     /// Samples too small to index (elapsed 0).
     zero: AtomicU64,
+    count: AtomicU64,
     /// The smallest and largest sample (exact side only); `min > max`
     /// while empty.
     min: AtomicU64,
@@ -125,6 +126,7 @@ impl AtomicSide {
         Self {
             buckets: core::array::from_fn(|_| AtomicU32::new(0)),
             zero: AtomicU64::new(0),
+            count: AtomicU64::new(0),
             min: AtomicU64::new(u64::MAX),
             max: AtomicU64::new(0),
             lo: AtomicUsize::new(BUCKETS),
@@ -132,8 +134,7 @@ impl AtomicSide {
         }
     }
 
-    /// Adds one sample to the buckets (the window counts it); `false` if
-    /// its bucket is full.
+    /// Adds one sample; `false` if its bucket is full.
     #[inline]
     fn add<M: IndexMapping>(&self, p: &Params<M>, value: u64, extremes: bool) -> bool {
         // Integer keys (`index_u64`): 0, the only `u64` too small to
@@ -156,6 +157,8 @@ impl AtomicSide {
         } else {
             self.zero.fetch_add(1, Ordering::Relaxed);
         }
+        // Cannot overflow: 2⁶⁴ samples at 10⁹ a second take 584 years.
+        self.count.fetch_add(1, Ordering::Relaxed);
         if extremes {
             // Loads first: the common sample moves neither end.
             if value < self.min.load(Ordering::Relaxed) {
@@ -173,10 +176,16 @@ impl AtomicSide {
             b.store(0, Ordering::Relaxed);
         }
         self.zero.store(0, Ordering::Relaxed);
+        self.count.store(0, Ordering::Relaxed);
         self.min.store(u64::MAX, Ordering::Relaxed);
         self.max.store(0, Ordering::Relaxed);
         self.lo.store(BUCKETS, Ordering::Relaxed);
         self.hi.store(0, Ordering::Relaxed);
+    }
+
+    #[inline]
+    fn count(&self) -> u64 {
+        self.count.load(Ordering::Relaxed)
     }
 
     /// Every sample its buckets hold (a pass over them).
@@ -193,13 +202,12 @@ impl AtomicSide {
 /// A side as the estimator reads it.
 struct View<'a, M: IndexMapping> {
     side: &'a AtomicSide,
-    count: &'a AtomicU64,
     params: &'a Params<M>,
 }
 
 impl<M: IndexMapping> Side for View<'_, M> {
     fn count(&self) -> u64 {
-        self.count.load(Ordering::Relaxed)
+        self.side.count()
     }
 
     fn zero_count(&self) -> u64 {
@@ -301,35 +309,10 @@ impl Half {
         self.exact.clear();
         self.censored.clear();
     }
-}
 
-/// Exact and censored samples of one half.
-type Counts = [AtomicU64; 2];
-const EXACT: usize = 0;
-const CENSORED: usize = 1;
-
-/// What every sample writes and every request reads, together on one
-/// line: a request then moves one contended line for all of it, not one
-/// per counter.
-#[derive(Debug)]
-struct Hot {
-    /// Samples per half (indexed like `halves`), exact and censored.
-    /// Cannot overflow: 2⁶⁴ samples at 10⁹ a second take 584 years.
-    counts: [Counts; 2],
-    /// The last two timestamps, older first.
-    recent: [AtomicU64; 2],
-}
-
-#[inline]
-fn sum(counts: &Counts) -> u64 {
-    let [e, c] = counts;
-    e.load(Ordering::Relaxed)
-        .saturating_add(c.load(Ordering::Relaxed))
-}
-
-fn clear_counts(counts: &Counts) {
-    for c in counts {
-        c.store(0, Ordering::Relaxed);
+    #[inline]
+    fn count(&self) -> u64 {
+        self.exact.count().saturating_add(self.censored.count())
     }
 }
 
@@ -356,14 +339,14 @@ struct Padded<T>(T);
 #[derive(Debug)]
 pub(crate) struct AtomicWindow {
     halves: [Half; 2],
-    /// Sample counts and recent timestamps: written by most samples, so
-    /// on a line of their own, away from what is only read.
-    hot: Padded<Hot>,
     /// Which half is current (0 or 1).
     current: AtomicUsize,
     started: AtomicBool,
     /// When the current half began (once `started`).
     start: AtomicU64,
+    /// The last two timestamps, older first: written by most samples, so
+    /// on a line of its own, away from what every request reads.
+    recent: Padded<[AtomicU64; 2]>,
     /// Bumped by every rotation, emptying and period restart.
     generation: AtomicU64,
     /// The try-lock of rotation and refresh (on a line of its own too).
@@ -379,13 +362,10 @@ impl AtomicWindow {
     pub(crate) fn new() -> Self {
         Self {
             halves: [Half::new(), Half::new()],
-            hot: Padded(Hot {
-                counts: core::array::from_fn(|_| [AtomicU64::new(0), AtomicU64::new(0)]),
-                recent: [AtomicU64::new(0), AtomicU64::new(0)],
-            }),
             current: AtomicUsize::new(0),
             started: AtomicBool::new(false),
             start: AtomicU64::new(0),
+            recent: Padded([AtomicU64::new(0), AtomicU64::new(0)]),
             generation: AtomicU64::new(0),
             busy: Padded(AtomicBool::new(false)),
             cached: AtomicU64::new(0),
@@ -394,21 +374,14 @@ impl AtomicWindow {
         }
     }
 
-    /// The index of the current half (0 or 1).
+    /// The current half and the other one.
     #[inline]
-    fn current(&self) -> usize {
-        self.current.load(Ordering::Acquire) & 1
-    }
-
-    /// Half `i` (0 or 1) and its counts.
-    #[inline]
-    fn half(&self, i: usize) -> (&Half, &Counts) {
+    fn halves(&self) -> (&Half, &Half) {
         let [a, b] = &self.halves;
-        let [ca, cb] = &self.hot.0.counts;
-        if i & 1 == 0 {
-            (a, ca)
+        if self.current.load(Ordering::Acquire) & 1 == 0 {
+            (a, b)
         } else {
-            (b, cb)
+            (b, a)
         }
     }
 
@@ -437,20 +410,20 @@ impl AtomicWindow {
         exact: bool,
     ) -> bool {
         self.advance(p, now);
-        let (current, counts) = self.half(self.current());
-        let (side, count) = if exact {
-            (&current.exact, &counts[EXACT])
+        let (current, _) = self.halves();
+        let side = if exact {
+            &current.exact
         } else {
-            (&current.censored, &counts[CENSORED])
+            &current.censored
         };
         if !side.add(p, elapsed, exact) {
             return false;
         }
-        count.fetch_add(1, Ordering::Relaxed);
-        if sum(counts) >= p.rotation.max_samples {
+        if current.count() >= p.rotation.max_samples {
             self.try_locked(|| {
                 // Another thread may have rotated since.
-                if sum(self.half(self.current()).1) >= p.rotation.max_samples {
+                let (current, _) = self.halves();
+                if current.count() >= p.rotation.max_samples {
                     self.rotate(p, now);
                 }
             });
@@ -478,7 +451,7 @@ impl AtomicWindow {
             });
             return;
         }
-        let [r0, r1] = &self.hot.0.recent;
+        let [r0, r1] = &self.recent.0;
         let (older, last) = (r0.load(Ordering::Relaxed), r1.load(Ordering::Relaxed));
         let gap = now.saturating_sub(older.max(last));
         let start = self.start.load(Ordering::Relaxed);
@@ -488,7 +461,7 @@ impl AtomicWindow {
         } else if now < start {
             Step::Restart
         } else if now.saturating_sub(start) >= period
-            && self.half(self.current()).1[EXACT].load(Ordering::Relaxed) >= p.rotation.min_samples
+            && self.halves().0.exact.count() >= p.rotation.min_samples
         {
             Step::Rotate
         } else {
@@ -510,11 +483,9 @@ impl AtomicWindow {
             }
             match step {
                 Step::Empty => {
-                    for i in 0..2 {
-                        let (half, counts) = self.half(i);
-                        half.clear();
-                        clear_counts(counts);
-                    }
+                    let (a, b) = self.halves();
+                    a.clear();
+                    b.clear();
                     self.set_recent(now, now);
                     self.start.store(now, Ordering::Relaxed);
                     self.bump_generation();
@@ -532,7 +503,7 @@ impl AtomicWindow {
 
     #[inline]
     fn set_recent(&self, older: u64, last: u64) {
-        let [r0, r1] = &self.hot.0.recent;
+        let [r0, r1] = &self.recent.0;
         r0.store(older, Ordering::Relaxed);
         r1.store(last, Ordering::Relaxed);
     }
@@ -545,9 +516,9 @@ impl AtomicWindow {
     /// Under the flag: the previous half is cleared, then made current.
     fn rotate<M: IndexMapping>(&self, p: &Params<M>, now: u64) {
         let old = self.current.load(Ordering::Relaxed) & 1;
-        let (next, counts) = self.half(old ^ 1);
-        next.clear();
-        clear_counts(counts);
+        if let Some(next) = self.halves.get(old ^ 1) {
+            next.clear();
+        }
         self.current.store(old ^ 1, Ordering::Release);
         self.start.store(now, Ordering::Relaxed);
         self.rotations.fetch_add(1, Ordering::Relaxed);
@@ -557,22 +528,10 @@ impl AtomicWindow {
 
     /// Under the flag: recomputes the cached quantile.
     fn refresh<M: IndexMapping>(&self, p: &Params<M>) {
-        let cur = self.current();
-        let (current, cn) = self.half(cur);
-        let (previous, pn) = self.half(cur ^ 1);
-        let view = |side, count| View {
-            side,
-            count,
-            params: p,
-        };
-        let (ce, cc) = (
-            view(&current.exact, &cn[EXACT]),
-            view(&current.censored, &cn[CENSORED]),
-        );
-        let (pe, pc) = (
-            view(&previous.exact, &pn[EXACT]),
-            view(&previous.censored, &pn[CENSORED]),
-        );
+        let (current, previous) = self.halves();
+        let view = |side| View { side, params: p };
+        let (ce, cc) = (view(&current.exact), view(&current.censored));
+        let (pe, pc) = (view(&previous.exact), view(&previous.censored));
         let q = survival::quantile(
             [
                 Pair {
@@ -603,17 +562,15 @@ impl AtomicWindow {
     /// Samples in both halves.
     #[inline]
     pub(crate) fn count(&self) -> u64 {
-        let [a, b] = &self.hot.0.counts;
-        sum(a).saturating_add(sum(b))
+        let [a, b] = &self.halves;
+        a.count().saturating_add(b.count())
     }
 
     /// Exact samples in both halves.
     #[inline]
     pub(crate) fn exact_count(&self) -> u64 {
-        let [a, b] = &self.hot.0.counts;
-        a[EXACT]
-            .load(Ordering::Relaxed)
-            .saturating_add(b[EXACT].load(Ordering::Relaxed))
+        let [a, b] = &self.halves;
+        a.exact.count().saturating_add(b.exact.count())
     }
 
     /// Whether the window would be emptied at `now`.
@@ -622,7 +579,7 @@ impl AtomicWindow {
         if !self.started.load(Ordering::Acquire) {
             return false;
         }
-        let [r0, r1] = &self.hot.0.recent;
+        let [r0, r1] = &self.recent.0;
         let reference = r0.load(Ordering::Relaxed).max(r1.load(Ordering::Relaxed));
         now.saturating_sub(reference) >= p.rotation.period_ns.saturating_mul(2)
     }
