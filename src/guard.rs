@@ -43,6 +43,8 @@ use crate::hedge::{
     Attempt, AttemptSet, CommitOutcome, Failure, FailureOutcome, Idempotency, Plan, Request,
     TimerAction,
 };
+use crate::mapping::{CubicMapping, IndexMapping};
+use crate::FromRelativeAccuracy;
 
 /// One request of a [`SharedHedger`] that gives itself up when dropped;
 /// see the [module docs](self).
@@ -51,17 +53,24 @@ use crate::hedge::{
 /// those of [`SharedHedger`], with the time read from the clock.
 #[derive(Debug)]
 #[must_use = "dropping the guard gives the request up at once"]
-pub struct RequestGuard<C: Clock = MonotonicClock, B: HedgeBudget = Budget, const T: usize = 1> {
-    hedger: Arc<SharedHedger<B, T>>,
+pub struct RequestGuard<
+    C: Clock = MonotonicClock,
+    B: HedgeBudget = Budget,
+    const T: usize = 1,
+    M: IndexMapping + FromRelativeAccuracy = CubicMapping,
+> {
+    hedger: Arc<SharedHedger<B, T, M>>,
     clock: C,
     request: Request<usize>,
 }
 
-impl<C: Clock, B: HedgeBudget, const T: usize> RequestGuard<C, B, T> {
+impl<C: Clock, B: HedgeBudget, const T: usize, M: IndexMapping + FromRelativeAccuracy>
+    RequestGuard<C, B, T, M>
+{
     /// Starts a request to `target` now (see [`SharedHedger::start`]): send
     /// the primary, then arm a timer at [`next_timer`](Self::next_timer).
     pub fn start(
-        hedger: Arc<SharedHedger<B, T>>,
+        hedger: Arc<SharedHedger<B, T, M>>,
         clock: C,
         target: usize,
         idempotency: Idempotency,
@@ -134,7 +143,7 @@ impl<C: Clock, B: HedgeBudget, const T: usize> RequestGuard<C, B, T> {
     }
 
     /// The hedger.
-    pub fn hedger(&self) -> &Arc<SharedHedger<B, T>> {
+    pub fn hedger(&self) -> &Arc<SharedHedger<B, T, M>> {
         &self.hedger
     }
 
@@ -144,7 +153,9 @@ impl<C: Clock, B: HedgeBudget, const T: usize> RequestGuard<C, B, T> {
     }
 }
 
-impl<C: Clock, B: HedgeBudget, const T: usize> Drop for RequestGuard<C, B, T> {
+impl<C: Clock, B: HedgeBudget, const T: usize, M: IndexMapping + FromRelativeAccuracy> Drop
+    for RequestGuard<C, B, T, M>
+{
     fn drop(&mut self) {
         // Finished requests hold nothing: no clock read, no event.
         let _ = self.abandon();

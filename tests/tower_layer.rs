@@ -13,7 +13,7 @@ use tailguard::clock::Clock;
 use tailguard::hedge::SharedHedger;
 use tailguard::hedge::{Attempt, DelaySource, Failure, HedgeConfig, Idempotency, Plan};
 use tailguard::tower::{AllIdempotent, HedgeError, HedgeLayer, HedgeService, Policy};
-use tailguard::Budget;
+use tailguard::{Budget, LogLinearMapping};
 use tokio::time::{sleep, Instant};
 use tower::{Layer, Service, ServiceExt};
 
@@ -191,6 +191,32 @@ async fn hedge_fires_at_the_delay_and_the_loser_is_dropped() {
         (1, 1, 1, 1)
     );
     assert_eq!(hedger.hedges_in_flight(u64::MAX / 2), 0);
+}
+
+/// The layer over a hedger on the integer log-linear mapping: the same
+/// race, and its window learns the delay from the answers.
+#[tokio::test(start_paused = true)]
+async fn a_log_linear_hedger_hedges_alike_and_learns() {
+    let backend = Backend::new(|_, n| Reply::After(ms(if n == 0 { 100 } else { 2 })));
+    let config = prior_5ms().min_samples(3);
+    let hedger: Arc<SharedHedger<Budget, 1, LogLinearMapping>> =
+        Arc::new(SharedHedger::with_budget(config, Budget::Unlimited).unwrap());
+    let layer = HedgeLayer::new(Arc::clone(&hedger), EvenIdempotent);
+    let t0 = Instant::now();
+    let answer = layer.layer(backend.clone()).oneshot(4).await.unwrap();
+    assert_eq!((answer, t0.elapsed()), ((4, 1), ms(7)));
+    assert_eq!(backend.dropped(), [(4, 0)], "the primary was cancelled");
+    // Three answers of 8 ms, then the delay is their p90, within α.
+    let fast = Backend::new(|_, _| Reply::After(ms(8)));
+    let quick = HedgeLayer::new(Arc::clone(&hedger), EvenIdempotent).layer(fast);
+    for id in [10, 12, 14] {
+        quick.clone().oneshot(id).await.unwrap();
+    }
+    let now = HedgeLayer::new(Arc::clone(&hedger), EvenIdempotent)
+        .tokio_clock()
+        .now_ns();
+    let delay = hedger.delay_ns(0, now).expect("warm") as f64;
+    assert!((delay / (8 * MS) as f64 - 1.0).abs() <= 0.02, "{delay}");
 }
 
 #[tokio::test(start_paused = true)]

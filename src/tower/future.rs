@@ -17,6 +17,8 @@ use super::policy::{CommitSignal, Policy};
 use crate::budget::HedgeBudget;
 use crate::guard::RequestGuard;
 use crate::hedge::{Attempt, CommitOutcome, Failure, FailureOutcome, TimerAction};
+use crate::mapping::IndexMapping;
+use crate::FromRelativeAccuracy;
 
 pin_project! {
     /// One attempt: waiting for its service to be ready (extra attempts),
@@ -148,16 +150,18 @@ pin_project! {
     }
 }
 
-impl<S, Req, P, C, B, const T: usize> ResponseFuture<S, Req, P, C, RequestGuard<TokioClock, B, T>>
+impl<S, Req, P, C, B, const T: usize, M>
+    ResponseFuture<S, Req, P, C, RequestGuard<TokioClock, B, T, M>>
 where
     S: Service<Req>,
     C: CommitSignal<S::Response, S::Error>,
     B: HedgeBudget,
+    M: IndexMapping + FromRelativeAccuracy,
 {
     pub(crate) fn new(
         primary: S::Future,
         spare: Option<Spare<S, Req>>,
-        guard: RequestGuard<TokioClock, B, T>,
+        guard: RequestGuard<TokioClock, B, T, M>,
         policy: P,
         signal: C,
     ) -> Self {
@@ -181,13 +185,14 @@ enum Settled<R, E> {
     Over(Result<R, HedgeError<E>>),
 }
 
-impl<S, Req, P, C, B, const T: usize> Future
-    for ResponseFuture<S, Req, P, C, RequestGuard<TokioClock, B, T>>
+impl<S, Req, P, C, B, const T: usize, M> Future
+    for ResponseFuture<S, Req, P, C, RequestGuard<TokioClock, B, T, M>>
 where
     S: Service<Req> + Clone,
     P: Policy<Req, S::Error>,
     C: CommitSignal<S::Response, S::Error>,
     B: HedgeBudget,
+    M: IndexMapping + FromRelativeAccuracy,
 {
     type Output = Result<C::Response, HedgeError<S::Error>>;
 
@@ -258,18 +263,28 @@ where
 }
 
 /// The fields an event needs to launch attempts.
-struct Launch<'a, S: Service<Req>, Req, P, F, B: HedgeBudget, const T: usize> {
+struct Launch<
+    'a,
+    S: Service<Req>,
+    Req,
+    P,
+    F,
+    B: HedgeBudget,
+    const T: usize,
+    M: IndexMapping + FromRelativeAccuracy,
+> {
     extras: &'a mut Vec<Extra<S, Req, F>>,
     spare: &'a mut Option<Spare<S, Req>>,
-    guard: &'a mut RequestGuard<TokioClock, B, T>,
+    guard: &'a mut RequestGuard<TokioClock, B, T, M>,
     policy: &'a P,
 }
 
-impl<S, Req, P, F, B, const T: usize> Launch<'_, S, Req, P, F, B, T>
+impl<S, Req, P, F, B, const T: usize, M> Launch<'_, S, Req, P, F, B, T, M>
 where
     S: Service<Req> + Clone,
     P: Policy<Req, S::Error>,
     B: HedgeBudget,
+    M: IndexMapping + FromRelativeAccuracy,
 {
     /// Reports `attempt`'s result to the hedger and acts on its decision.
     fn settle<R>(&mut self, attempt: Attempt, result: Result<R, S::Error>) -> Settled<R, S::Error> {

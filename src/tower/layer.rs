@@ -9,26 +9,36 @@ use super::policy::OnResponse;
 use super::service::HedgeService;
 use crate::budget::{Budget, HedgeBudget};
 use crate::hedge::SharedHedger;
+use crate::mapping::{CubicMapping, IndexMapping};
+use crate::FromRelativeAccuracy;
 
 /// A [`Layer`] wrapping services in [`HedgeService`]: every service it
 /// makes shares one [`SharedHedger`] (estimates, budget, in-flight cap) and
 /// one [`TokioClock`].
 #[derive(Debug)]
-pub struct HedgeLayer<P, C = OnResponse, B: HedgeBudget = Budget, const T: usize = 1> {
-    hedger: Arc<SharedHedger<B, T>>,
+pub struct HedgeLayer<
+    P,
+    C = OnResponse,
+    B: HedgeBudget = Budget,
+    const T: usize = 1,
+    M: IndexMapping + FromRelativeAccuracy = CubicMapping,
+> {
+    hedger: Arc<SharedHedger<B, T, M>>,
     clock: TokioClock,
     policy: P,
     signal: C,
 }
 
-impl<P, B: HedgeBudget, const T: usize> HedgeLayer<P, OnResponse, B, T> {
+impl<P, B: HedgeBudget, const T: usize, M: IndexMapping + FromRelativeAccuracy>
+    HedgeLayer<P, OnResponse, B, T, M>
+{
     /// Hedges with `hedger` under `policy`, committing on the response
     /// ([`OnResponse`]), timed by [`TokioClock::new`]: the process's shared
     /// time base, so any number of layers (and
     /// [`RequestGuard`](crate::guard::RequestGuard)s on
     /// [`MonotonicClock::new`](crate::clock::MonotonicClock::new)) over
     /// one hedger time its requests alike.
-    pub fn new(hedger: Arc<SharedHedger<B, T>>, policy: P) -> Self {
+    pub fn new(hedger: Arc<SharedHedger<B, T, M>>, policy: P) -> Self {
         Self {
             hedger,
             clock: TokioClock::new(),
@@ -38,10 +48,12 @@ impl<P, B: HedgeBudget, const T: usize> HedgeLayer<P, OnResponse, B, T> {
     }
 }
 
-impl<P, C, B: HedgeBudget, const T: usize> HedgeLayer<P, C, B, T> {
+impl<P, C, B: HedgeBudget, const T: usize, M: IndexMapping + FromRelativeAccuracy>
+    HedgeLayer<P, C, B, T, M>
+{
     /// Commits attempts on `signal` instead (first body frame, first
     /// token); see [`CommitSignal`](super::CommitSignal).
-    pub fn commit_signal<C2>(self, signal: C2) -> HedgeLayer<P, C2, B, T> {
+    pub fn commit_signal<C2>(self, signal: C2) -> HedgeLayer<P, C2, B, T, M> {
         HedgeLayer {
             hedger: self.hedger,
             clock: self.clock,
@@ -60,7 +72,7 @@ impl<P, C, B: HedgeBudget, const T: usize> HedgeLayer<P, C, B, T> {
     }
 
     /// The hedger (for its statistics).
-    pub fn hedger(&self) -> &Arc<SharedHedger<B, T>> {
+    pub fn hedger(&self) -> &Arc<SharedHedger<B, T, M>> {
         &self.hedger
     }
 
@@ -70,7 +82,14 @@ impl<P, C, B: HedgeBudget, const T: usize> HedgeLayer<P, C, B, T> {
     }
 }
 
-impl<P: Clone, C: Clone, B: HedgeBudget, const T: usize> Clone for HedgeLayer<P, C, B, T> {
+impl<
+        P: Clone,
+        C: Clone,
+        B: HedgeBudget,
+        const T: usize,
+        M: IndexMapping + FromRelativeAccuracy,
+    > Clone for HedgeLayer<P, C, B, T, M>
+{
     fn clone(&self) -> Self {
         Self {
             hedger: Arc::clone(&self.hedger),
@@ -81,8 +100,16 @@ impl<P: Clone, C: Clone, B: HedgeBudget, const T: usize> Clone for HedgeLayer<P,
     }
 }
 
-impl<S, P: Clone, C: Clone, B: HedgeBudget, const T: usize> Layer<S> for HedgeLayer<P, C, B, T> {
-    type Service = HedgeService<S, P, C, B, T>;
+impl<
+        S,
+        P: Clone,
+        C: Clone,
+        B: HedgeBudget,
+        const T: usize,
+        M: IndexMapping + FromRelativeAccuracy,
+    > Layer<S> for HedgeLayer<P, C, B, T, M>
+{
+    type Service = HedgeService<S, P, C, B, T, M>;
 
     fn layer(&self, inner: S) -> Self::Service {
         HedgeService::new(

@@ -13,6 +13,8 @@ use crate::budget::{Budget, HedgeBudget};
 use crate::guard::RequestGuard;
 use crate::hedge::SharedHedger;
 use crate::hedge::{Attempt, Idempotency};
+use crate::mapping::{CubicMapping, IndexMapping};
+use crate::FromRelativeAccuracy;
 
 /// A [`Service`] that hedges the requests of `S` with a [`SharedHedger`]
 /// under policy `P`, committing on signal `C`; see the [module
@@ -25,21 +27,30 @@ use crate::hedge::{Attempt, Idempotency};
 /// hedge honours the inner service's back-pressure (a concurrency limit, a
 /// full pool) instead of bypassing it, and the race goes on while it waits.
 #[derive(Debug)]
-pub struct HedgeService<S, P, C = OnResponse, B: HedgeBudget = Budget, const T: usize = 1> {
+pub struct HedgeService<
+    S,
+    P,
+    C = OnResponse,
+    B: HedgeBudget = Budget,
+    const T: usize = 1,
+    M: IndexMapping + FromRelativeAccuracy = CubicMapping,
+> {
     inner: S,
-    hedger: Arc<SharedHedger<B, T>>,
+    hedger: Arc<SharedHedger<B, T, M>>,
     clock: TokioClock,
     policy: P,
     signal: C,
 }
 
-impl<S, P, C, B: HedgeBudget, const T: usize> HedgeService<S, P, C, B, T> {
+impl<S, P, C, B: HedgeBudget, const T: usize, M: IndexMapping + FromRelativeAccuracy>
+    HedgeService<S, P, C, B, T, M>
+{
     /// Hedges `inner`'s requests with `hedger`, timed by `clock` (every
     /// request of `hedger` must be timed on one time base: see
     /// [`crate::clock`]).
     pub fn new(
         inner: S,
-        hedger: Arc<SharedHedger<B, T>>,
+        hedger: Arc<SharedHedger<B, T, M>>,
         clock: TokioClock,
         policy: P,
         signal: C,
@@ -54,7 +65,7 @@ impl<S, P, C, B: HedgeBudget, const T: usize> HedgeService<S, P, C, B, T> {
     }
 
     /// The hedger (for its statistics).
-    pub fn hedger(&self) -> &Arc<SharedHedger<B, T>> {
+    pub fn hedger(&self) -> &Arc<SharedHedger<B, T, M>> {
         &self.hedger
     }
 
@@ -74,8 +85,14 @@ impl<S, P, C, B: HedgeBudget, const T: usize> HedgeService<S, P, C, B, T> {
     }
 }
 
-impl<S: Clone, P: Clone, C: Clone, B: HedgeBudget, const T: usize> Clone
-    for HedgeService<S, P, C, B, T>
+impl<
+        S: Clone,
+        P: Clone,
+        C: Clone,
+        B: HedgeBudget,
+        const T: usize,
+        M: IndexMapping + FromRelativeAccuracy,
+    > Clone for HedgeService<S, P, C, B, T, M>
 {
     fn clone(&self) -> Self {
         Self {
@@ -88,16 +105,17 @@ impl<S: Clone, P: Clone, C: Clone, B: HedgeBudget, const T: usize> Clone
     }
 }
 
-impl<S, Req, P, C, B, const T: usize> Service<Req> for HedgeService<S, P, C, B, T>
+impl<S, Req, P, C, B, const T: usize, M> Service<Req> for HedgeService<S, P, C, B, T, M>
 where
     S: Service<Req> + Clone,
     P: Policy<Req, S::Error> + Clone,
     C: CommitSignal<S::Response, S::Error> + Clone,
     B: HedgeBudget,
+    M: IndexMapping + FromRelativeAccuracy,
 {
     type Response = C::Response;
     type Error = HedgeError<S::Error>;
-    type Future = ResponseFuture<S, Req, P, C, RequestGuard<TokioClock, B, T>>;
+    type Future = ResponseFuture<S, Req, P, C, RequestGuard<TokioClock, B, T, M>>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx).map_err(HedgeError::Service)
