@@ -3,7 +3,6 @@
 //! checked against an exact integer model and against the documented bounds.
 
 use proptest::prelude::*;
-use std::collections::HashMap;
 use tailguard::budget::{Budget, HedgeBudget, RatioBudget, TokenBucket, UNITS_PER_TOKEN};
 
 const NS_PER_SEC: u128 = 1_000_000_000;
@@ -154,16 +153,19 @@ impl BucketCfg {
     }
 }
 
-/// The traffic-scaled cap, restated naively: per window number `k = now / w`
-/// a counter keeps (k's low 32 bits, deposits), the cap is
+/// The traffic-scaled cap, restated naively. `D` counts deposits; each
+/// window's first deposit marks it (per parity: the window number's low 32
+/// bits and `D` before it); a window's count runs from its mark to the next
+/// window's mark, or to `D` if there is none; the cap is
 /// `max(floor, share × max(n_k, n_(k−1)))`.
 #[derive(Debug)]
 struct BankModel {
     share: u128,
     floor: u128,
     window: u64,
-    /// (tag, count) of the even- and odd-numbered windows.
-    slots: [(u32, u128); 2],
+    deposits: u128,
+    /// (tag, D at the mark) of the even- and odd-numbered windows.
+    marks: [(u32, u128); 2],
 }
 
 impl BankModel {
@@ -172,33 +174,38 @@ impl BankModel {
         (k as u32, (k % 2) as usize)
     }
 
-    fn count(&self, slot: usize, tag: u32) -> u128 {
-        let (t, n) = self.slots[slot];
-        if t == tag {
-            n
-        } else {
-            0
-        }
+    /// Deposits from `from` to `to`, or 0 if `to` comes first (marks written
+    /// out of order by a stale clock).
+    fn count(from: u128, to: u128) -> u128 {
+        to.saturating_sub(from)
     }
 
     fn cap_at(&self, now: u64) -> u128 {
         let (tag, i) = self.locate(now);
-        let n = self
-            .count(i, tag)
-            .max(self.count(1 - i, tag.wrapping_sub(1)));
+        let (mine, other) = (self.marks[i], self.marks[1 - i]);
+        let here = (mine.0 == tag).then_some(mine.1);
+        let d = self.deposits;
+        let n = if other.0 == tag.wrapping_sub(1) {
+            let before = Self::count(other.1, here.unwrap_or(d));
+            before.max(here.map_or(0, |h| Self::count(h, d)))
+        } else if other.0 == tag.wrapping_add(1) {
+            here.map_or(0, |h| Self::count(h, other.1))
+        } else {
+            here.map_or(0, |h| Self::count(h, d))
+        };
         self.floor.max(self.share * n)
     }
 
-    /// Counts a deposit at `now`; returns the cap it clips to.
-    fn deposit(&mut self, now: u64) -> u128 {
+    /// Counts a deposit at `now`: whether it marked its window (then the
+    /// earnings above the cap are given up).
+    fn deposit(&mut self, now: u64) -> bool {
         let (tag, i) = self.locate(now);
-        let (t, n) = self.slots[i];
-        self.slots[i] = if t == tag {
-            (t, (n + 1).min(u128::from(u32::MAX)))
-        } else {
-            (tag, 1)
-        };
-        self.cap_at(now)
+        let marks = self.marks[i].0 != tag;
+        if marks {
+            self.marks[i] = (tag, self.deposits);
+        }
+        self.deposits += 1;
+        marks
     }
 }
 
@@ -347,38 +354,30 @@ proptest! {
         prop_assert_eq!(budget.bank_window_ns(), Some(window));
         let unit = u128::from(UNITS_PER_TOKEN);
         let (share_u, floor_u) = (u128::from(share), u128::from(floor) * unit);
-        let mut bank = BankModel { share: share_u, floor: floor_u, window, slots: [(0, 0); 2] };
-        // Every deposit ever, by window tag: an upper bound on any count
-        // that ignores how counters restart.
-        let mut seen: HashMap<u32, u128> = HashMap::new();
+        let mut bank = BankModel { share: share_u, floor: floor_u, window, deposits: 0, marks: [(0, 0); 2] };
         let mut now = start;
-        let (mut balance, mut deposits) = (0_u128, 0_u128);
+        // Earned and not consumed (by grants, or by the cap at a grant).
+        let mut unspent = 0_u128;
         let (mut paid, mut from_reserve, mut denials) = (0_u128, 0_u64, 0_u64);
-        let mut max_cap = floor_u;
-        // max over earlier states i of (earned_i − paid_i − balance_i), where
-        // earned = deposits × share and paid = balance grants × unit.
-        let mut worst_start = 0_i128;
+        // max over earlier states i of (earned_i − paid_i − balance_i),
+        // earned = deposits × share and paid = balance grants × unit, while
+        // time never went back; and of (earned_i − paid_i − unspent_i).
+        let (mut worst_start, mut weak_start) = (i128::MIN, i128::MIN);
+        let mut went_back = false;
+        let mut prev_now = now;
         for op in &ops {
             match op {
                 Op::Request => {
                     budget.on_request(now);
-                    deposits += 1;
-                    let cap = bank.deposit(now);
-                    balance = (balance + share_u).min(cap);
-                    max_cap = max_cap.max(cap);
-                    // The cap counts real deposits only: never more than
-                    // the share of all deposits ever made in the windows
-                    // with these tags, nor of all deposits.
-                    let k = now / window;
-                    let n = seen.entry(k as u32).or_default();
-                    *n += 1;
-                    let n = (*n).max(seen.get(&(k as u32).wrapping_sub(1)).copied().unwrap_or(0));
-                    prop_assert!(cap <= floor_u.max(share_u * n));
-                    prop_assert!(cap <= floor_u.max(share_u * deposits));
+                    unspent += share_u;
+                    if bank.deposit(now) {
+                        unspent = unspent.min(bank.cap_at(now));
+                    }
                 }
                 Op::Acquire => {
+                    let balance = unspent.min(bank.cap_at(now));
                     let expected = if balance >= unit {
-                        balance -= unit;
+                        unspent = balance - unit;
                         paid += unit;
                         true
                     } else if reserve_model.as_mut().is_some_and(|r| r.take(now)) {
@@ -392,29 +391,76 @@ proptest! {
                 }
                 Op::Time(s) => now = advance(now, s),
             }
-            // Exact balance and cap.
-            prop_assert_eq!(u128::from(budget.balance()), balance);
-            prop_assert_eq!(u128::from(budget.cap_units_at(now)), bank.cap_at(now));
-            prop_assert!(balance <= max_cap);
-            let earned = deposits * share_u;
+            let cap = bank.cap_at(now);
+            let balance = unspent.min(cap);
+            // Exact cap and balance.
+            prop_assert_eq!(u128::from(budget.cap_units_at(now)), cap);
+            prop_assert_eq!(u128::from(budget.balance_at(now)), balance);
+            let earned = bank.deposits * share_u;
+            // The cap counts real deposits only.
+            prop_assert!(cap <= floor_u.max(earned));
             // The budget starts empty: the balance never pays for more than
-            // the share of the deposits...
+            // the share of the deposits.
             prop_assert!(paid <= earned);
-            // ...so, in the looser form, never more than that plus the
-            // largest bank allowed so far.
-            prop_assert!(paid <= earned + max_cap);
-            // Over any stretch of calls the balance pays for at most the
-            // share of the stretch's deposits plus the bank at its start
-            // (which is ≤ max_cap): x_i − x_j ≤ balance_i, x = earned − paid.
+            // Over any stretch of calls whose timestamps do not go back,
+            // the balance pays for at most the share of the stretch's
+            // deposits plus the bank at its start:
+            // x_i − x_j ≤ balance_i, x = earned − paid.
+            went_back |= now < prev_now;
+            prev_now = now;
             let x = i128::try_from(earned).unwrap() - i128::try_from(paid).unwrap();
-            prop_assert!(worst_start <= x, "a stretch overspent: {} > {}", worst_start, x);
-            worst_start = worst_start.max(x - i128::try_from(balance).unwrap());
+            if !went_back {
+                prop_assert!(worst_start <= x, "a stretch overspent: {} > {}", worst_start, x);
+                worst_start = worst_start.max(x - i128::try_from(balance).unwrap());
+            }
+            // Whatever the clock: at most the stretch's earnings plus what
+            // was earned and not consumed at its start, which is at most
+            // the cap at the latest window mark plus the earnings since.
+            prop_assert!(weak_start <= x);
+            weak_start = weak_start.max(x - i128::try_from(unspent).unwrap());
         }
         let stats = budget.stats();
         let grants = u64::try_from(paid / unit).unwrap() + from_reserve;
         prop_assert_eq!((stats.grants, stats.denials), (grants, denials));
         if let Some(r) = budget.reserve() {
             prop_assert_eq!(r.stats().grants, from_reserve);
+        }
+    }
+
+    #[test]
+    fn scaled_ratio_stretch_bound_holds_through_one_step_back(
+        share in 1..=10_000_u32,
+        floor in 1..20_u32,
+        window in 1..1_000_000_u64,
+        ops in ops(),
+    ) {
+        // Clocks that step back at most one window at a time, and never
+        // below the newest window minus one: time alone never raises the
+        // cap, so the stretch bound holds across the steps back too.
+        let budget = RatioBudget::with_bank_window(share, floor, window).expect("valid");
+        let unit = u128::from(UNITS_PER_TOKEN);
+        let (mut now, mut newest) = (window * 1_000, window * 1_000);
+        let (mut deposits, mut paid) = (0_u128, 0_u128);
+        let mut worst_start = i128::MIN;
+        for op in &ops {
+            match op {
+                Op::Request => {
+                    budget.on_request(now);
+                    deposits += 1;
+                }
+                Op::Acquire => paid += unit * u128::from(budget.try_acquire(now)),
+                Op::Time(Step::Back(d)) => {
+                    let lowest = (newest / window).saturating_sub(1) * window;
+                    now = now.saturating_sub(d % window.max(1)).max(lowest);
+                }
+                Op::Time(Step::Forward(d)) => now = now.saturating_add(*d),
+                Op::Time(_) => {}
+            }
+            newest = newest.max(now);
+            let x = i128::try_from(deposits * u128::from(share)).unwrap()
+                - i128::try_from(paid).unwrap();
+            prop_assert!(worst_start <= x, "a stretch overspent: {} > {}", worst_start, x);
+            worst_start = worst_start.max(x - i128::from(budget.balance_at(now)));
         }
     }
 

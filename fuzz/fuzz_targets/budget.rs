@@ -63,21 +63,20 @@ impl Gcra {
 }
 
 /// The ratio budget's cap: fixed, or max(floor, share × max(n_k, n_(k−1)))
-/// over per-window counters holding (window number's low 32 bits, count).
+/// where a window's count runs from its mark (the window number's low 32
+/// bits and the deposit count before its first deposit) to the next
+/// window's mark, or to now.
 struct Bank {
     share: u128,
     floor: u128,
     window: Option<u64>,
-    slots: [(u32, u128); 2],
+    deposits: u128,
+    marks: [(u32, u128); 2],
 }
 
 impl Bank {
-    fn count(&self, slot: usize, tag: u32) -> u128 {
-        if self.slots[slot].0 == tag {
-            self.slots[slot].1
-        } else {
-            0
-        }
+    fn count(from: u128, to: u128) -> u128 {
+        to.saturating_sub(from)
     }
 
     fn cap_at(&self, now: u64) -> u128 {
@@ -86,24 +85,32 @@ impl Bank {
         };
         let k = now / w;
         let (tag, i) = (k as u32, (k % 2) as usize);
-        let n = self
-            .count(i, tag)
-            .max(self.count(1 - i, tag.wrapping_sub(1)));
+        let (mine, other) = (self.marks[i], self.marks[1 - i]);
+        let here = (mine.0 == tag).then_some(mine.1);
+        let d = self.deposits;
+        let n = if other.0 == tag.wrapping_sub(1) {
+            Self::count(other.1, here.unwrap_or(d)).max(here.map_or(0, |h| Self::count(h, d)))
+        } else if other.0 == tag.wrapping_add(1) {
+            here.map_or(0, |h| Self::count(h, other.1))
+        } else {
+            here.map_or(0, |h| Self::count(h, d))
+        };
         self.floor.max(self.share * n)
     }
 
-    fn deposit(&mut self, now: u64) -> u128 {
+    /// Counts a deposit: whether it marked its window.
+    fn deposit(&mut self, now: u64) -> bool {
+        let mut marked = false;
         if let Some(w) = self.window {
             let k = now / w;
             let (tag, i) = (k as u32, (k % 2) as usize);
-            let (t, n) = self.slots[i];
-            self.slots[i] = if t == tag {
-                (t, (n + 1).min(u128::from(u32::MAX)))
-            } else {
-                (tag, 1)
-            };
+            if self.marks[i].0 != tag {
+                self.marks[i] = (tag, self.deposits);
+                marked = true;
+            }
         }
-        self.cap_at(now)
+        self.deposits += 1;
+        marked
     }
 }
 
@@ -146,7 +153,8 @@ fuzz_target!(|input: Input| {
         share: r.share_bps().into(),
         floor: r.floor_units().into(),
         window: r.bank_window_ns(),
-        slots: [(0, 0); 2],
+        deposits: 0,
+        marks: [(0, 0); 2],
     });
     if let Some(r) = &ratio {
         let w = input
@@ -171,9 +179,9 @@ fuzz_target!(|input: Input| {
     let mut now = input.start;
     let mut drained_at: Option<u64> = None;
     let (mut lo, mut hi) = (u64::MAX, 0_u64);
-    let (mut balance, mut deposits, mut bucket_grants, mut ratio_grants, mut reserve_grants) =
+    // The ratio budget's earnings not consumed by grants or by the cap.
+    let (mut unspent, mut deposits, mut bucket_grants, mut ratio_grants, mut reserve_grants) =
         (0_u128, 0_u128, 0_u128, 0_u128, 0_u128);
-    let mut max_cap = bank.as_ref().map_or(0, |b| b.floor);
 
     for op in &input.ops {
         match *op {
@@ -184,10 +192,11 @@ fuzz_target!(|input: Input| {
                 if let (Some(r), Some(m)) = (&ratio, bank.as_mut()) {
                     r.on_request(now);
                     deposits += 1;
-                    let cap = m.deposit(now);
-                    max_cap = max_cap.max(cap);
-                    assert!(cap <= m.floor.max(m.share * deposits));
-                    balance = (balance + m.share).min(cap);
+                    unspent += m.share;
+                    if m.deposit(now) {
+                        // A window's first deposit gives up what the cap holds back.
+                        unspent = unspent.min(m.cap_at(now));
+                    }
                 }
             }
             Op::Acquire => {
@@ -198,9 +207,10 @@ fuzz_target!(|input: Input| {
                     assert_eq!(got, m.take(now));
                     bucket_grants += u128::from(got);
                 }
-                if let Some(r) = &ratio {
+                if let (Some(r), Some(m)) = (&ratio, &bank) {
+                    let balance = unspent.min(m.cap_at(now));
                     let expect = if balance >= unit {
-                        balance -= unit;
+                        unspent = balance - unit;
                         true
                     } else if reserve_model.as_mut().is_some_and(|m| m.take(now)) {
                         reserve_grants += 1;
@@ -223,14 +233,13 @@ fuzz_target!(|input: Input| {
                 }
                 ratio = ratio.map(|r| r.drained(now));
                 if let Some(m) = bank.as_mut() {
-                    m.slots = [(0, 0); 2];
-                    max_cap = m.floor;
+                    (m.deposits, m.marks) = (0, [(0, 0); 2]);
                 }
                 if let Some(m) = reserve_model.as_mut() {
                     m.drain(now);
                 }
                 (
-                    balance,
+                    unspent,
                     deposits,
                     bucket_grants,
                     ratio_grants,
@@ -255,10 +264,12 @@ fuzz_target!(|input: Input| {
             assert_eq!(u128::from(b.stats().grants), bucket_grants);
         }
         if let (Some(r), Some(m)) = (&ratio, &bank) {
-            assert_eq!(u128::from(r.balance()), balance);
-            assert_eq!(u128::from(r.cap_units_at(now)), m.cap_at(now));
-            assert!(balance <= max_cap);
+            let cap = m.cap_at(now);
+            assert_eq!(u128::from(r.cap_units_at(now)), cap);
+            assert_eq!(u128::from(r.balance_at(now)), unspent.min(cap));
             let earned = deposits * m.share;
+            // The cap counts real deposits only.
+            assert!(cap <= m.floor.max(earned));
             assert!((ratio_grants - reserve_grants) * unit <= earned);
             assert_eq!(u128::from(r.stats().grants), ratio_grants);
             if let Some(res) = r.reserve() {

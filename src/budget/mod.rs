@@ -10,9 +10,10 @@
 //!   at what the share earned over the last second (at least 10 tokens),
 //!   so a burst of stragglers can spend what recent traffic earned. It
 //!   needs no guess of the request rate and follows traffic as it changes.
-//!   [`RatioBudget::fixed_cap`] caps the bank at a fixed number of tokens
-//!   instead. An optional reserve ([`RatioBudget::with_reserve`]) lets a
-//!   client with very little traffic still hedge now and then.
+//!   A deposit is one `fetch_add`. [`RatioBudget::fixed_cap`] caps the bank
+//!   at a fixed number of tokens instead. An optional reserve
+//!   ([`RatioBudget::with_reserve`]) lets a client with very little traffic
+//!   still hedge now and then.
 //! - [`TokenBucket`]: a time-refilled bucket (GCRA), refilled at a fixed rate,
 //!   for example `estimated_rps × share` as in the original article. It is
 //!   only as good as the rate estimate.
@@ -28,7 +29,7 @@
 //! let budget = Budget::Ratio(RatioBudget::new(1_000, 5)?);
 //! let mut now_ns = 0_u64; // the caller's monotonic clock
 //! for _ in 0..20 {
-//!     budget.on_request(now_ns); // one CAS on the balance word
+//!     budget.on_request(now_ns); // one fetch_add on the deposit count
 //!     now_ns += 1_000_000;
 //! }
 //! assert!(budget.try_acquire(now_ns)); // 20 × 10 % = 2 tokens banked
@@ -55,7 +56,7 @@
 //! ahead never panic, overflow or mint tokens:
 //!
 //! - a repeated or earlier timestamp is treated as "no time has passed" by
-//!   the token bucket; the ratio budget's balance ignores time, and its
+//!   the token bucket; the ratio budget's earnings ignore time, and its
 //!   traffic-scaled cap restarts its per-window counts from any timestamp
 //!   outside the windows they hold (the cap falls to its floor and follows
 //!   traffic again within a window: see [`RatioBudget`]'s *Time*);
@@ -68,14 +69,14 @@
 //! # Memory ordering
 //!
 //! Each budget keeps its admission state in **one** `AtomicU64`: the
-//! theoretical arrival time for [`TokenBucket`], the balance for
-//! [`RatioBudget`] (whose optional reserve is a separate [`TokenBucket`],
-//! and whose traffic-scaled cap comes from two more words counting the
-//! deposits per window). Every deposit and every grant is a single
-//! successful `compare_exchange_weak` on that word, computed from the value
-//! it replaces (a deposit first counts itself in its window's counter, a
-//! separate compare-and-swap that only sets the cap it clips to). All read-modify-write operations on one atomic location are
-//! totally ordered (its modification order) whatever `Ordering` they use, so
+//! theoretical arrival time for [`TokenBucket`]; for [`RatioBudget`], the
+//! units consumed, beside the count of deposits (whose optional reserve is
+//! a separate [`TokenBucket`], and whose traffic-scaled cap comes from two
+//! more words marking where each window's deposits began). Every grant is a
+//! single successful `compare_exchange_weak` on that word, computed from
+//! the value it replaces; every deposit is one `fetch_add` on the count.
+//! All read-modify-write operations on one atomic location are totally
+//! ordered (its modification order) whatever `Ordering` they use, so
 //! the budgets are *exact* under any number of threads: a balance can never
 //! be overdrawn, a deposit never lost, and the bounds documented on each type
 //! hold for every interleaving. Unlike a "check, then subtract" design (as in
@@ -83,9 +84,13 @@
 //! The loops are lock-free, not wait-free: a thread may retry when another
 //! one changed the word, but some thread always makes progress.
 //!
-//! All operations use `Ordering::Relaxed`. A grant does **not** publish any
-//! other memory and must not be used as a synchronization edge between
-//! threads. The counters in [`BudgetStats`] are separate relaxed atomics:
+//! Operations use `Ordering::Relaxed`, except where one word's value says
+//! something about another's: the ratio budget reads its consumed units
+//! (acquire) before the deposit count, and its window marks (acquire, set
+//! with release) before the count too, so that a reader never sees a mark
+//! or a grant computed from a count it has not seen. A grant does **not**
+//! publish any other memory and must not be used as a synchronization edge
+//! between threads. The counters in [`BudgetStats`] are separate relaxed atomics:
 //! each is monotone and exact on its own, but one [`HedgeBudget::stats`]
 //! call is not a consistent snapshot across fields under concurrency.
 //! Counters saturate at [`COUNTER_MAX`] (2⁶³ − 1) instead of wrapping.
@@ -161,6 +166,17 @@ pub trait HedgeBudget: Send + Sync {
     /// ignores it (its refill is time-based).
     fn on_request(&self, now_ns: u64);
 
+    /// Records `n` primary requests sent by `now_ns`, exactly as `n` calls
+    /// of [`on_request`](Self::on_request) at `now_ns` would: a hedger
+    /// that counts requests locally (the shared hedger's per-thread lanes)
+    /// hands them over in one call. The default makes the `n` calls; the
+    /// [`RatioBudget`] deposits them in one `fetch_add`.
+    fn on_requests(&self, now_ns: u64, n: u32) {
+        for _ in 0..n {
+            self.on_request(now_ns);
+        }
+    }
+
     /// Takes one hedge token at `now_ns`; `true` means "send the hedge".
     ///
     /// Exact under concurrency: no two callers can take the same token.
@@ -216,6 +232,11 @@ impl<T: HedgeBudget + ?Sized> HedgeBudget for &T {
     #[inline]
     fn on_request(&self, now_ns: u64) {
         (**self).on_request(now_ns);
+    }
+
+    #[inline]
+    fn on_requests(&self, now_ns: u64, n: u32) {
+        (**self).on_requests(now_ns, n);
     }
 
     #[inline]
@@ -339,6 +360,15 @@ impl HedgeBudget for Budget {
         match self {
             Self::TokenBucket(b) => b.on_request(now_ns),
             Self::Ratio(b) => b.on_request(now_ns),
+            Self::Unlimited | Self::Never => {}
+        }
+    }
+
+    #[inline]
+    fn on_requests(&self, now_ns: u64, n: u32) {
+        match self {
+            Self::TokenBucket(b) => b.on_requests(now_ns, n),
+            Self::Ratio(b) => b.on_requests(now_ns, n),
             Self::Unlimited | Self::Never => {}
         }
     }

@@ -6,17 +6,42 @@ use super::{
 use crate::sync::{AtomicU64, Ordering};
 use core::num::NonZeroU64;
 
-/// The low half of a window counter: deposits counted in the window.
-const COUNT_MASK: u64 = 0xFFFF_FFFF;
+/// A window count read as more than this is a mark written out of order
+/// (see *Time*): it reads as 0.
+const COUNT_LIMIT: u32 = 1 << 31;
+
+/// The largest cap any budget can have, in units, is below this: a floor of
+/// `u32::MAX` tokens (below 2⁴⁶ units) or the share of a count below 2³¹.
+/// The unspent earnings are pulled down to it now and then (see
+/// [`RatioBudget::normalize`]) so that they stay far from wrapping.
+const EARNINGS_LIMIT: u64 = 1 << 46;
+
+/// Deposits between two checks that the unspent earnings are below
+/// [`EARNINGS_LIMIT`]: at most `2¹⁶ × 10⁴ < 2³⁰` units are earned between
+/// checks, so they stay below 2⁴⁷, far from the 2⁶³ where wrapping
+/// arithmetic would misread them.
+const NORMALIZE_SHIFT: u32 = 16;
 
 /// A budget that grows with traffic: each primary request deposits a share
 /// of a token, each hedge withdraws one whole token, and the balance (the
 /// *bank*) is capped.
 ///
-/// The balance is an integer count of units ([`UNITS_PER_TOKEN`] per token)
-/// in one `AtomicU64`; a deposit of `share_bps` units and a withdrawal of
-/// [`UNITS_PER_TOKEN`] units are each one compare-and-swap on it, so the
-/// balance is exact under concurrency. The budget starts empty. An optional
+/// # How it counts
+///
+/// Balances are integer *units* ([`UNITS_PER_TOKEN`] per token). The budget
+/// keeps two `AtomicU64`s: the deposits ever made, `D`, and the units ever
+/// *consumed*, `E` — spent on hedges, or capped away. The balance is
+///
+/// ```text
+/// balance = min(cap, D × share − E)
+/// ```
+///
+/// A deposit is one `fetch_add` on `D` and nothing else; the cap is applied
+/// when a token is taken: a grant moves `E` so that the balance drops by
+/// one token from `min(cap, D × share − E)` (one compare-and-swap on `E`).
+/// This is a token bucket whose clock is the request count (GCRA with the
+/// deposits for time), so it is exact under concurrency: a deposit is never
+/// lost, the balance never overdrawn. The budget starts empty. An optional
 /// reserve ([`with_reserve`](Self::with_reserve)), a [`TokenBucket`]
 /// consulted only when the balance is short of a token, lets a low-traffic
 /// client hedge now and then.
@@ -26,66 +51,73 @@ const COUNT_MASK: u64 = 0xFFFF_FFFF;
 /// - **Traffic-scaled** ([`new`](Self::new), [`with_bank_window`](Self::with_bank_window),
 ///   the [`Default`]): the bank holds at most what the share earned over one
 ///   *bank window* (1 s by default), and never less than a floor. Windows
-///   are aligned on the caller's clock (window `k` is `[k·W, (k+1)·W)`) and
-///   each keeps a count of its deposits; the cap at `now` is
-///   `max(floor, share × max(n_k, n_(k−1)))` where `k` is the window of
-///   `now` and `n` the counts. Under steady traffic that is the share of one
-///   window's requests; after a burst of traffic the cap rises with each
-///   deposit, and after a fall it **lags**: the previous window's count
-///   holds it up until the end of the window after the fall (between one
-///   and two windows). So a pause that stalls every request on a replica at
-///   once may spend up to a window's worth of hedges, where a fixed cap
-///   would refuse most of them.
+///   are aligned on the caller's clock (window `k` is `[k·W, (k+1)·W)`);
+///   the cap at `now` is `max(floor, share × max(n_k, n_(k−1)))` where `k`
+///   is the window of `now` and `n` the deposits counted in a window. Under
+///   steady traffic that is the share of one window's requests; after a
+///   burst of traffic the cap rises with each deposit, and after a fall it
+///   **lags**: the previous window's count holds it up until the end of the
+///   window after the fall (between one and two windows). So a pause that
+///   stalls every request on a replica at once may spend up to a window's
+///   worth of hedges, where a fixed cap would refuse most of them.
 /// - **Fixed** ([`fixed_cap`](Self::fixed_cap)): at most `max_tokens`,
 ///   whatever the traffic.
 ///
-/// Each deposit counts itself first, then clips the balance to the cap at
-/// its timestamp (so a bank earned under heavy traffic shrinks to the new
-/// cap at the first deposit after traffic fell); withdrawals never look at
-/// the cap. The window counters are two more `AtomicU64`s (one
-/// compare-and-swap per deposit on the current one), touched only by
-/// traffic-scaled budgets.
-///
-/// Under concurrency a deposit counts itself, then banks; before it clips
-/// the bank *down* it reads the counts again, so the cap it clips to misses
-/// only the deposits other threads have counted and not yet banked (one a
-/// thread at most), never the ones they banked in between: a deposit whose
-/// thread was preempted cannot pull the bank down to its own stale cap.
-/// What it misses can only lower the balance (fail closed), never overdraw
-/// it or mint a token.
+/// A window's count is the difference between `D` now and `D` at the
+/// window's first deposit, which that deposit records in a *mark* (the
+/// window number's low 32 bits beside `D`'s): one compare-and-swap on one
+/// of two words (even and odd windows), once a window. Deposits in the
+/// window of the latest mark skip it: their cost is the `fetch_add`, a load
+/// and a comparison.
 ///
 /// # Bound
 ///
 /// Over any calls from any threads, with any timestamps:
 ///
 /// - `grants × 10 000 ≤ deposits × share_bps` without a reserve (the budget
-///   starts empty and only deposits fill it). With a reserve, add its own
-///   bound, `burst + (t_max − t_min) / interval`, over the timestamps
-///   `[t_min, t_max]` passed to [`try_acquire`](HedgeBudget::try_acquire).
-/// - Over any stretch of calls, the balance pays for at most
-///   `share_bps × (deposits in the stretch) / 10 000` hedges plus the bank
-///   at its start, and the bank is never above the largest cap so far:
-///   `floor` or, for a traffic-scaled budget, `share × n` for the largest
-///   window count `n`. A count only grows by one per deposit, so `n` is at
-///   most the deposits made in that window (and at most `2³² − 1`: counts
-///   saturate): time alone never raises the cap.
+///   starts empty and only deposits fill it: every grant moves `E` up by a
+///   token at least, and `E` never passes `D × share`). With a reserve, add
+///   its own bound, `burst + (t_max − t_min) / interval`, over the
+///   timestamps `[t_min, t_max]` passed to [`try_acquire`](HedgeBudget::try_acquire).
+/// - The bank is never above the cap in force: `floor` or, for a
+///   traffic-scaled budget, `share × n` for the larger window count `n`,
+///   and `n` never counts more than the deposits made since the mark it
+///   starts from.
+/// - Over any stretch of calls whose timestamps do not go back (or go back
+///   at most into the window before the newest), the balance pays for at
+///   most `share_bps × (deposits in the stretch) / 10 000` hedges plus the
+///   bank at its start: a count only grows by one per deposit, so time
+///   alone never raises the cap. A clock that goes back further can return
+///   to a window number that still holds a mark from before, whose count
+///   then runs from that old mark; what that uncovers is bounded: each
+///   window's first deposit gives up the earnings above the cap at that
+///   moment, so the balance never pays for more than the stretch's
+///   earnings plus what was banked at the latest window mark and earned
+///   since.
 /// - With no hedges taken, a fixed-cap balance is exactly
 ///   `min(deposits × share_bps, cap)`; so is a traffic-scaled one whose
-///   deposits all fell in one window from one thread (it is then
-///   `deposits × share_bps`, as the cap grows with each deposit, up to
-///   2³² − 1 deposits).
+///   deposits all fell in one window (it is then `deposits × share_bps`,
+///   as the cap grows with each deposit).
+///
+/// Under concurrency the deposit that marks a new window may not be the
+/// first to have counted itself in `D`: a window's count may miss, or take
+/// from the window before, one deposit per other thread depositing at that
+/// moment. What the cap misses lowers the balance (fails closed); what it
+/// takes from the window before is a real deposit of the last moments.
 ///
 /// # Time
 ///
-/// A deposit whose window is not the one its counter holds (later,
-/// earlier, or decades away) resets that counter to its own window. After
-/// a jump far ahead and back, or a jump back, counting restarts from the
-/// true time: the cap falls to the floor (fails closed) and follows traffic
-/// again within a window. A deposit stamped a whole window behind the
-/// others' resets the counter they count into, which lowers the cap until
-/// the next window (fails closed too). Counters keep the low 32 bits of the
-/// window number: windows a multiple of 2³² apart (136 years of 1 s windows)
-/// share a counter.
+/// A deposit in a window whose mark is for another window (later, earlier,
+/// or decades away) marks it anew. After a jump far ahead and back, or a
+/// jump back, counting restarts from the true time: the cap falls to the
+/// floor (fails closed) and follows traffic again within a window. A
+/// deposit stamped a whole window behind the others' marks the window they
+/// count into anew, which lowers the cap until the next window (fails
+/// closed too). A count that would read above 2³¹ (a mark written after a
+/// later window's, by a stale timestamp) reads as 0. Marks keep the low 32
+/// bits of the window number: windows a multiple of 2³² apart (136 years
+/// of 1 s windows) share a mark, and counts are taken modulo 2³², so a
+/// window of more than 2³¹ deposits (two billion) reads as empty.
 ///
 /// ```
 /// use tailguard::budget::{HedgeBudget, RatioBudget, TokenBucket};
@@ -110,13 +142,17 @@ const COUNT_MASK: u64 = 0xFFFF_FFFF;
 /// for i in 0..10_000 {
 ///     BUDGET.on_request(1_000_000_000 + i * 100_000);
 /// }
-/// assert_eq!(BUDGET.stats().balance, 500 * 10_000);
+/// assert_eq!(BUDGET.balance_at(1_999_999_999), 500 * 10_000);
 /// assert_eq!(BUDGET.cap_units_at(1_999_999_999), 500 * 10_000);
 /// ```
 #[derive(Debug)]
 pub struct RatioBudget {
-    /// Balance in units; at most the cap of the latest deposit.
-    balance: AtomicU64,
+    /// Deposits ever made, `D` (wrapping: 2⁶⁴ of them take millennia).
+    deposits: AtomicU64,
+    /// Units consumed, `E`: spent on hedges or capped away. The balance is
+    /// `min(cap, D × share − E)`, computed modulo 2⁶⁴ (the difference stays
+    /// below 2⁴⁷: see [`NORMALIZE_SHIFT`]).
+    consumed: AtomicU64,
     counters: Counters,
     /// Units deposited per primary request (the share in basis points).
     deposit: u64,
@@ -124,10 +160,13 @@ pub struct RatioBudget {
     floor: u64,
     /// Bank window of a traffic-scaled budget; `None` for a fixed cap.
     window_ns: Option<NonZeroU64>,
-    /// Deposits in the latest even- and odd-numbered windows: the window
-    /// number's low 32 bits above a saturating 32-bit count.
-    even: AtomicU64,
-    odd: AtomicU64,
+    /// Where the window of the latest mark begins: a deposit less than a
+    /// window after it needs no mark.
+    marked_from: AtomicU64,
+    /// The marks of the latest even- and odd-numbered windows: the window
+    /// number's low 32 bits above the low 32 bits of `D` before the
+    /// window's first deposit.
+    marks: [AtomicU64; 2],
     reserve: Option<TokenBucket>,
 }
 
@@ -217,21 +256,23 @@ impl RatioBudget {
         Ok(Self::new_unchecked(share, max_tokens, None))
     }
 
-    /// Valid for `1 ≤ share ≤ 10 000` and `floor_tokens ≥ 1`.
+    /// Valid for `1 ≤ share ≤ 10 000` and `floor_tokens ≥ 1`. Empty: no
+    /// deposit, nothing consumed, window 0 marked from `D = 0`.
     const fn new_unchecked(
         share_bps: u32,
         floor_tokens: u32,
         window_ns: Option<NonZeroU64>,
     ) -> Self {
         Self {
-            balance: AtomicU64::new(0),
+            deposits: AtomicU64::new(0),
+            consumed: AtomicU64::new(0),
             counters: Counters::new(),
             deposit: share_bps as u64,
             // u32 × 10⁴ < 2⁴⁶: cannot saturate.
             floor: (floor_tokens as u64).saturating_mul(UNITS_PER_TOKEN),
             window_ns,
-            even: AtomicU64::new(0),
-            odd: AtomicU64::new(0),
+            marked_from: AtomicU64::new(0),
+            marks: [AtomicU64::new(0), AtomicU64::new(0)],
             reserve: None,
         }
     }
@@ -243,13 +284,14 @@ impl RatioBudget {
     #[must_use]
     pub const fn with_reserve(self, reserve: TokenBucket) -> Self {
         Self {
-            balance: self.balance,
+            deposits: self.deposits,
+            consumed: self.consumed,
             counters: self.counters,
             deposit: self.deposit,
             floor: self.floor,
             window_ns: self.window_ns,
-            even: self.even,
-            odd: self.odd,
+            marked_from: self.marked_from,
+            marks: self.marks,
             reserve: Some(reserve),
         }
     }
@@ -279,17 +321,58 @@ impl RatioBudget {
 
     /// The cap at `now_ns`, in units, from the deposits counted so far:
     /// `max(floor, share × max(n_k, n_(k−1)))` for the window `k` of
-    /// `now_ns` (see *The cap*), or the fixed cap. A deposit at `now_ns`
-    /// counts itself, then clips the balance to the cap this returns.
+    /// `now_ns` (see *The cap*), or the fixed cap. A token taken at
+    /// `now_ns` is taken from a balance capped at this.
     #[must_use]
     pub fn cap_units_at(&self, now_ns: u64) -> u64 {
         let Some(window) = self.window_ns else {
             return self.floor;
         };
-        let (tag, mine, other) = self.counters_at(now_ns, window);
-        let here = count_in(mine.load(Ordering::Relaxed), tag);
-        let before = count_in(other.load(Ordering::Relaxed), tag.wrapping_sub(1));
-        self.cap_for(if here > before { here } else { before })
+        let k = now_ns.checked_div(window.get()).unwrap_or(0);
+        // Truncation intended: a mark keeps the window number's low half.
+        #[allow(clippy::cast_possible_truncation)]
+        let tag = k as u32;
+        let [even, odd] = &self.marks;
+        let (mine, other) = if k & 1 == 0 { (even, odd) } else { (odd, even) };
+        // Marks before `D`: a mark holds a value `D` had before its store
+        // (released), so the `D` read after it (acquired) is not below it.
+        let mine = mine.load(Ordering::Acquire);
+        let other = other.load(Ordering::Acquire);
+        let d = low_half(self.deposits.load(Ordering::Relaxed));
+        let here = (tag_of(mine) == tag).then_some(low_half(mine));
+        let (n_here, n_before) = match (here, tag_of(other)) {
+            // The window before: its count ends where this one's began (or
+            // now, if this one has no deposit yet).
+            (_, t) if t == tag.wrapping_sub(1) => (
+                here.map_or(0, |from| count(from, d)),
+                count(low_half(other), here.unwrap_or(d)),
+            ),
+            // The window after (the clock went back a window): this one's
+            // count ends where that one's began, so going back never
+            // raises the cap.
+            (Some(from), t) if t == tag.wrapping_add(1) => (count(from, low_half(other)), 0),
+            (Some(from), _) => (count(from, d), 0),
+            (None, _) => (0, 0),
+        };
+        self.cap_for(u64::from(n_here.max(n_before)))
+    }
+
+    /// The balance at `now_ns` in units, not counting the reserve:
+    /// `min(cap_units_at(now_ns), D × share − E)` (see *How it counts*).
+    /// A token can be taken at `now_ns` exactly when this is at least one
+    /// token (or the reserve has one).
+    #[must_use]
+    pub fn balance_at(&self, now_ns: u64) -> u64 {
+        let cap = self.cap_units_at(now_ns);
+        self.unspent(self.consumed.load(Ordering::Acquire)).0.min(cap)
+    }
+
+    /// The balance in units, not counting the reserve, in the window of the
+    /// latest marked deposit (for a fixed cap, whatever the time):
+    /// [`balance_at`](Self::balance_at) a time in that window.
+    #[must_use]
+    pub fn balance(&self) -> u64 {
+        self.balance_at(self.marked_from.load(Ordering::Relaxed))
     }
 
     /// The reserve, if any.
@@ -303,91 +386,124 @@ impl RatioBudget {
         self.reserve.as_ref()
     }
 
-    /// The balance in units, not counting the reserve.
-    #[must_use]
-    pub fn balance(&self) -> u64 {
-        self.balance.load(Ordering::Relaxed)
-    }
-
-    /// The window tag of `now_ns` (its window number's low 32 bits), its
-    /// counter and the previous window's.
+    /// Counts `n` deposits at `now_ns`: one `fetch_add`, and a mark for the
+    /// first deposit of a window.
     #[inline]
-    fn counters_at(&self, now_ns: u64, window: NonZeroU64) -> (u32, &AtomicU64, &AtomicU64) {
-        let k = now_ns.checked_div(window.get()).unwrap_or(0);
-        // Truncation intended: the tag is the low half of the window number.
-        #[allow(clippy::cast_possible_truncation)]
-        let tag = k as u32;
-        if k & 1 == 0 {
-            (tag, &self.even, &self.odd)
-        } else {
-            (tag, &self.odd, &self.even)
+    fn deposit_n(&self, now_ns: u64, n: u64) {
+        let before = self.deposits.fetch_add(n, Ordering::Relaxed);
+        if let Some(window) = self.window_ns {
+            let from = self.marked_from.load(Ordering::Relaxed);
+            // Not `wrapping_sub`: the last window may end past `u64::MAX`.
+            if now_ns.checked_sub(from).is_none_or(|d| d >= window.get()) {
+                self.mark(now_ns, window, before);
+            }
+        }
+        // Every 2¹⁶ deposits: keep the unspent earnings far from wrapping.
+        if (before >> NORMALIZE_SHIFT) != (before.wrapping_add(n) >> NORMALIZE_SHIFT) {
+            self.normalize();
         }
     }
 
-    /// Counts one deposit at `now_ns` and returns the cap it sees.
-    #[inline]
-    fn count_deposit(&self, now_ns: u64, window: NonZeroU64) -> u64 {
-        let (tag, mine, other) = self.counters_at(now_ns, window);
-        let mut word = mine.load(Ordering::Relaxed);
-        let here = loop {
-            let next = if word >> 32 == u64::from(tag) {
-                // Saturates: the count is below 2³² − 1 or left there
-                // (below it, adding one cannot carry into the tag).
-                let count = word & COUNT_MASK;
-                if count < COUNT_MASK {
-                    word.wrapping_add(1)
-                } else {
-                    word
+    /// The first deposit of a window (or one after another window's): marks
+    /// it with `D` before the deposit, `before`, unless that is done.
+    #[cold]
+    #[inline(never)]
+    fn mark(&self, now_ns: u64, window: NonZeroU64, before: u64) {
+        let k = now_ns.checked_div(window.get()).unwrap_or(0);
+        // Truncation intended: a mark keeps the window number's low half.
+        #[allow(clippy::cast_possible_truncation)]
+        let tag = k as u32;
+        let [even, odd] = &self.marks;
+        let slot = if k & 1 == 0 { even } else { odd };
+        let next = (u64::from(tag) << 32) | u64::from(low_half(before));
+        let mut word = slot.load(Ordering::Relaxed);
+        let mut marked = false;
+        while tag_of(word) != tag {
+            match slot.compare_exchange_weak(word, next, Ordering::Release, Ordering::Relaxed) {
+                Ok(_) => {
+                    marked = true;
+                    break;
                 }
-            } else {
-                // A stale window, earlier or later: restart it at ours.
-                (u64::from(tag) << 32) | 1
-            };
-            if next == word {
-                break next & COUNT_MASK;
-            }
-            match mine.compare_exchange_weak(word, next, Ordering::Relaxed, Ordering::Relaxed) {
-                Ok(_) => break next & COUNT_MASK,
                 Err(actual) => word = actual,
             }
-        };
-        let before = count_in(other.load(Ordering::Relaxed), tag.wrapping_sub(1));
-        self.cap_for(if here > before { here } else { before })
+        }
+        // k·W ≤ now: cannot overflow.
+        self.marked_from
+            .store(k.saturating_mul(window.get()), Ordering::Relaxed);
+        if marked {
+            self.give_up_above(self.cap_units_at(now_ns));
+        }
     }
 
-    /// Adds one deposit to the balance, clipped to `cap` (the cap this
-    /// deposit's count gave).
-    #[inline]
-    fn settle(&self, mut cap: u64, now_ns: u64) {
-        let mut cur = self.balance.load(Ordering::Relaxed);
+    /// Consumes the earnings above `cap`, once a window (at its mark). It
+    /// changes no balance while the clock goes forward (the cap then rises
+    /// only with deposits, which raise the earnings as much); it keeps a
+    /// clock that goes back from uncovering, through an old window's count,
+    /// earnings that were capped away long ago.
+    fn give_up_above(&self, cap: u64) {
+        let mut consumed = self.consumed.load(Ordering::Acquire);
         loop {
-            let sum = cur.saturating_add(self.deposit);
-            // Full (deposit capped away, by design) or above a cap that
-            // fell with traffic (clipped down to it).
-            let next = if sum < cap { sum } else { cap };
-            if next < cur {
-                // Before clipping the bank down, the counts again: other
-                // threads may have counted (and banked) deposits since this
-                // one counted. A cap read now is short only of deposits
-                // counted but not yet banked, so a stale deposit cannot
-                // pull the bank down to its old cap.
-                let fresh = self.cap_units_at(now_ns);
-                if fresh > cap {
-                    cap = fresh;
-                    continue;
-                }
-            }
-            if next == cur {
+            let (unspent, earned) = self.unspent(consumed);
+            if unspent <= cap {
                 return;
             }
-            match self.balance.compare_exchange_weak(
-                cur,
-                next,
-                Ordering::Relaxed,
-                Ordering::Relaxed,
+            match self.consumed.compare_exchange_weak(
+                consumed,
+                earned.wrapping_sub(cap),
+                Ordering::AcqRel,
+                Ordering::Acquire,
             ) {
                 Ok(_) => return,
-                Err(actual) => cur = actual,
+                Err(actual) => consumed = actual,
+            }
+        }
+    }
+
+    /// Moves `E` up so that `D × share − E` is at most [`EARNINGS_LIMIT`],
+    /// which is above every cap: no balance changes.
+    #[cold]
+    #[inline(never)]
+    fn normalize(&self) {
+        self.give_up_above(EARNINGS_LIMIT);
+    }
+
+    /// `D × share − consumed` and `D × share`, modulo 2⁶⁴. `consumed` must
+    /// be read (acquired) before this reads `D`: then `D × share` is not
+    /// below it, as every value of `E` was computed from an earlier `D`. A
+    /// difference above 2⁶³ cannot happen; it reads as 0 (fails closed).
+    #[inline]
+    fn unspent(&self, consumed: u64) -> (u64, u64) {
+        let earned = self
+            .deposits
+            .load(Ordering::Relaxed)
+            .wrapping_mul(self.deposit);
+        let unspent = earned.wrapping_sub(consumed);
+        (if unspent >> 63 == 0 { unspent } else { 0 }, earned)
+    }
+
+    /// Takes one token from the balance (not the reserve) at `now_ns`.
+    #[inline]
+    fn take(&self, now_ns: u64) -> bool {
+        // A cap read before the loop is at most the cap at the end of it
+        // (counts only grow within a window): it can only deny more.
+        let cap = self.cap_units_at(now_ns);
+        let mut consumed = self.consumed.load(Ordering::Acquire);
+        loop {
+            let (unspent, earned) = self.unspent(consumed);
+            let balance = unspent.min(cap);
+            let Some(left) = balance.checked_sub(UNITS_PER_TOKEN) else {
+                return false;
+            };
+            // Consumed so far, and what the cap took, and the token.
+            let next = earned.wrapping_sub(left);
+            match self.consumed.compare_exchange_weak(
+                consumed,
+                next,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return true,
+                Err(actual) => consumed = actual,
             }
         }
     }
@@ -395,7 +511,7 @@ impl RatioBudget {
     /// `max(floor, share × count)` in units.
     #[inline]
     const fn cap_for(&self, count: u64) -> u64 {
-        // share ≤ 10⁴ and count < 2³²: below 2⁴⁶.
+        // share ≤ 10⁴ and count < 2³¹: below 2⁴⁵.
         let earned = self.deposit.saturating_mul(count);
         if earned > self.floor {
             earned
@@ -405,13 +521,28 @@ impl RatioBudget {
     }
 }
 
-/// The count of a window counter if it holds the window tagged `tag`, else 0.
+/// The window tag of a mark.
 #[inline]
-const fn count_in(word: u64, tag: u32) -> u64 {
-    if word >> 32 == tag as u64 {
-        word & COUNT_MASK
-    } else {
+const fn tag_of(mark: u64) -> u32 {
+    (mark >> 32) as u32
+}
+
+/// The low 32 bits (of `D`, or of a mark: its `D`).
+#[inline]
+const fn low_half(word: u64) -> u32 {
+    // Truncation intended.
+    word as u32
+}
+
+/// Deposits from `from` to `to` (low halves of `D`), modulo 2³²; a count
+/// above [`COUNT_LIMIT`] comes from marks written out of order and is 0.
+#[inline]
+const fn count(from: u32, to: u32) -> u32 {
+    let n = to.wrapping_sub(from);
+    if n > COUNT_LIMIT {
         0
+    } else {
+        n
     }
 }
 
@@ -428,31 +559,23 @@ impl Default for RatioBudget {
 }
 
 impl HedgeBudget for RatioBudget {
+    /// One `fetch_add` on the deposit count; the first deposit of a bank
+    /// window also marks it (one compare-and-swap).
     #[inline]
     fn on_request(&self, now_ns: u64) {
-        let cap = match self.window_ns {
-            None => self.floor,
-            Some(window) => self.count_deposit(now_ns, window),
-        };
-        self.settle(cap, now_ns);
+        self.deposit_n(now_ns, 1);
+    }
+
+    #[inline]
+    fn on_requests(&self, now_ns: u64, n: u32) {
+        self.deposit_n(now_ns, u64::from(n));
     }
 
     #[inline]
     fn try_acquire(&self, now_ns: u64) -> bool {
-        let mut cur = self.balance.load(Ordering::Relaxed);
-        while let Some(next) = cur.checked_sub(UNITS_PER_TOKEN) {
-            match self.balance.compare_exchange_weak(
-                cur,
-                next,
-                Ordering::Relaxed,
-                Ordering::Relaxed,
-            ) {
-                Ok(_) => {
-                    self.counters.grant();
-                    return true;
-                }
-                Err(actual) => cur = actual,
-            }
+        if self.take(now_ns) {
+            self.counters.grant();
+            return true;
         }
         if let Some(reserve) = &self.reserve {
             // Through the reserve's own `try_acquire`, so that its stats
@@ -467,7 +590,8 @@ impl HedgeBudget for RatioBudget {
     }
 
     /// Grants and denials of this budget, whether the balance or the
-    /// reserve paid; the balance without the reserve's.
+    /// reserve paid; the [`balance`](RatioBudget::balance) without the
+    /// reserve's.
     fn stats(&self) -> BudgetStats {
         self.counters.stats(self.balance())
     }
@@ -475,19 +599,14 @@ impl HedgeBudget for RatioBudget {
     /// Balance 0, fresh window counts and counters, the same share, floor
     /// (or fixed cap) and window; the reserve, if any, drained at `now_ns`.
     fn drained(&self, now_ns: u64) -> Self {
+        let fresh = Self::new_unchecked(self.share_bps(), 1, self.window_ns);
         Self {
-            balance: AtomicU64::new(0),
-            counters: Counters::new(),
-            deposit: self.deposit,
             floor: self.floor,
-            window_ns: self.window_ns,
-            even: AtomicU64::new(0),
-            odd: AtomicU64::new(0),
             reserve: self.reserve.as_ref().map(|r| r.drained(now_ns)),
+            ..fresh
         }
     }
 }
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -638,7 +757,23 @@ mod tests {
         assert_eq!(b.cap_units_at(SEC / 5 - 1), 50 * UNITS_PER_TOKEN);
         traffic(&b, SEC / 5, SEC / 10, 200);
         assert_eq!(b.cap_units_at(3 * SEC / 10 - 1), 20 * UNITS_PER_TOKEN);
-        assert_eq!(spend(&b, SEC), 20);
+        assert_eq!(spend(&b, 3 * SEC / 10 - 1), 20);
+    }
+
+    #[test]
+    fn bank_shrinks_to_the_floor_two_windows_after_traffic_stops() {
+        // 2 000 requests in one second at 15 %: a bank of 300 tokens, which
+        // the next window still allows; the one after allows the floor.
+        let b = RatioBudget::default();
+        traffic(&b, 0, SEC, 2_000);
+        assert_eq!(b.balance_at(SEC - 1), 300 * UNITS_PER_TOKEN);
+        assert_eq!(b.balance_at(2 * SEC - 1), 300 * UNITS_PER_TOKEN);
+        assert_eq!(b.balance_at(2 * SEC), 10 * UNITS_PER_TOKEN);
+        assert_eq!(spend(&b, 5 * SEC), 10);
+        // What the cap kept back was consumed, not stored: traffic resuming
+        // earns the bank anew.
+        traffic(&b, 6 * SEC, SEC / 2, 100);
+        assert_eq!(b.balance_at(6 * SEC + SEC / 2), 15 * UNITS_PER_TOKEN);
     }
 
     #[test]
@@ -692,26 +827,95 @@ mod tests {
     }
 
     #[test]
-    fn a_stale_deposit_cannot_pull_the_bank_down_to_its_old_cap() {
-        // A deposit counts itself (the 101st), then its thread is
-        // preempted while 1 000 more are counted and banked; when it
-        // settles, its cap (101 deposits' worth) is long out of date.
+    fn marks_written_out_of_order_fail_closed() {
+        // Window 5 is marked, then a deposit stamped in window 4 (a stale
+        // clock) marks window 4 after it: the previous window's count would
+        // be negative, and reads as 0 — the cap falls to this window's.
         let b = RatioBudget::default();
-        assert_eq!(b.bank_window_ns(), Some(SEC));
-        let window = b.window_ns.unwrap_or(NonZeroU64::MIN);
-        let t0 = 5 * SEC;
+        traffic(&b, 5 * SEC, SEC / 2, 1_000);
+        assert_eq!(b.cap_units_at(5 * SEC + 1), 1_000 * 1_500);
+        b.on_request(4 * SEC);
+        assert_eq!(b.cap_units_at(5 * SEC + 1), 1_001 * 1_500);
+        // Window 6 sees window 5's mark and count, not the stale one.
+        b.on_request(6 * SEC);
+        assert_eq!(b.cap_units_at(6 * SEC), 1_001 * 1_500);
+        // Another stale deposit marks window 4 over window 6's mark (same
+        // parity): window 6 reads unmarked, so every deposit since window
+        // 5's mark counts for window 5 — real deposits of the last two
+        // windows, nothing older.
+        b.on_request(4 * SEC + 1);
+        assert_eq!(b.cap_units_at(6 * SEC), 1_003 * 1_500);
+    }
+
+    #[test]
+    fn a_clock_stepped_back_a_window_does_not_raise_the_cap() {
+        // 1 000 deposits in window 3, 2 000 in window 4: the cap in window
+        // 4 is 2 000 deposits' worth. Back in window 3, window 3 counts its
+        // own 1 000 (not the 3 000 since its mark): time alone never raises
+        // the cap.
+        let b = RatioBudget::default();
+        traffic(&b, 3 * SEC, SEC, 1_000);
+        traffic(&b, 4 * SEC, SEC, 2_000);
+        assert_eq!(b.cap_units_at(4 * SEC + 1), 2_000 * 1_500);
+        assert_eq!(b.cap_units_at(3 * SEC + 1), 1_000 * 1_500);
+        b.on_request(3 * SEC + 2); // a deposit stamped a window back
+        assert_eq!(b.cap_units_at(3 * SEC + 2), 1_000 * 1_500);
+        // Forward again: the deposit made meanwhile counts in window 4.
+        assert_eq!(b.cap_units_at(4 * SEC + 2), 2_001 * 1_500);
+    }
+
+    #[test]
+    fn balances_are_exact_across_the_wrap_of_the_counters() {
+        // `D × share` wraps modulo 2⁶⁴ long before `D` does; the balance is
+        // a difference of the two counters and stays exact across it.
+        let Ok(b) = RatioBudget::fixed_cap(10_000, 50) else {
+            unreachable!()
+        };
+        let start = u64::MAX / 10_000 - 3;
+        b.deposits.store(start, Ordering::Relaxed);
+        b.consumed
+            .store(start.wrapping_mul(10_000), Ordering::Relaxed);
+        assert_eq!(b.balance(), 0);
+        for _ in 0..7 {
+            b.on_request(0); // the earnings wrap
+        }
+        assert_eq!(b.balance(), 7 * UNITS_PER_TOKEN);
+        assert_eq!(spend(&b, 0), 7);
+        assert_eq!(b.balance(), 0);
+    }
+
+    #[test]
+    fn normalizing_changes_no_balance() {
+        // Unspent earnings far above any cap (no hedge for ages) are pulled
+        // down to the limit at a multiple of 2¹⁶ deposits: the balance,
+        // capped far below it, does not move.
+        let b = RatioBudget::default();
+        traffic(&b, 0, SEC / 2, 65_530);
+        b.consumed.store(0u64.wrapping_sub(1 << 50), Ordering::Relaxed);
+        let before = b.balance_at(SEC / 2);
+        assert_eq!(before, b.cap_units_at(SEC / 2));
+        traffic(&b, SEC / 2, 10, 10); // crosses 2¹⁶ deposits
+        let (unspent, _) = b.unspent(b.consumed.load(Ordering::Relaxed));
+        assert_eq!(unspent, EARNINGS_LIMIT + 4 * 1_500); // 4 deposits after it
+        assert_eq!(b.balance_at(SEC / 2), 65_540 * 1_500);
+        assert_eq!(spend(&b, SEC / 2), 65_540 * 1_500 / UNITS_PER_TOKEN);
+    }
+
+    #[test]
+    fn bulk_deposits_count_as_single_ones() {
+        let (a, b) = (RatioBudget::default(), RatioBudget::default());
         for i in 0..100 {
-            b.on_request(t0 + i);
+            a.on_requests(i * 20_000_000, 7);
+            for _ in 0..7 {
+                b.on_request(i * 20_000_000);
+            }
         }
-        let stale = b.count_deposit(t0 + 100, window);
-        assert_eq!(stale, 101 * 1_500);
-        for i in 0..1_000 {
-            b.on_request(t0 + 200 + i);
+        assert_eq!(a.stats(), b.stats());
+        for t in [0, SEC, 2 * SEC - 1, 3 * SEC] {
+            assert_eq!(a.cap_units_at(t), b.cap_units_at(t));
+            assert_eq!(a.balance_at(t), b.balance_at(t));
         }
-        assert_eq!(b.balance(), 1_100 * 1_500);
-        b.settle(stale, t0 + 100);
-        // Every deposit banked: not clipped to 101 deposits' worth.
-        assert_eq!(b.balance(), 1_101 * 1_500);
+        assert_eq!(spend(&a, SEC), spend(&b, SEC));
     }
 
     #[test]

@@ -181,6 +181,10 @@ impl HedgeBudget for TokenBucket {
     #[inline]
     fn on_request(&self, _now_ns: u64) {}
 
+    /// Does nothing either.
+    #[inline]
+    fn on_requests(&self, _now_ns: u64, _n: u32) {}
+
     #[inline]
     fn try_acquire(&self, now_ns: u64) -> bool {
         // Stats only: a racy "max" is fine, grants never read it.
