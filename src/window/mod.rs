@@ -69,6 +69,18 @@ const NANOS_PER_SEC: u64 = 1_000_000_000;
 /// Refresh the cached quantile once new samples reach `count / REFRESH_SHARE`.
 pub(crate) const REFRESH_SHARE: u64 = 32;
 
+/// The current half's count at which a window refreshed at
+/// `current_count`, holding `count` samples in all, next refreshes:
+/// `max(1, count / REFRESH_SHARE)` samples on, or at the rotation on count
+/// if that comes first. Both windows (this one and the shared hedger's) keep
+/// this schedule, so that they estimate alike.
+#[inline]
+pub(crate) fn refresh_after(current_count: u64, count: u64, rotation: &Rotation) -> u64 {
+    current_count
+        .saturating_add((count / REFRESH_SHARE).max(1))
+        .min(rotation.max_samples)
+}
+
 /// When a [`LatencyWindow`] rotates; see the module docs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
@@ -172,15 +184,17 @@ pub struct LatencyWindow<M: IndexMapping = CubicMapping, S: Store = CollapsingLo
     quantile: Level,
     /// The cached estimate, whole nanoseconds.
     cached_ns: Option<u64>,
-    since_refresh: u64,
     rotations: u64,
-    /// Samples in the current half and in both, kept as they change so
-    /// that reads and the per-sample checks are field loads.
+    /// Samples (exact and censored) in the current half, and exact ones;
+    /// a sample adds to these only, and the checks it makes read them.
     current_count: u64,
-    count: u64,
-    /// Exact samples in the current half and in both.
     current_exact: u64,
-    exact: u64,
+    /// The same counts of the previous half, fixed at rotation.
+    previous_count: u64,
+    previous_exact: u64,
+    /// At this `current_count`, refresh (or rotate, at `max_samples`): one
+    /// comparison a sample. See [`refresh`](Self::refresh).
+    next_check: u64,
 }
 
 impl<M: IndexMapping + crate::FromRelativeAccuracy, S: Store> LatencyWindow<M, S> {
@@ -237,12 +251,12 @@ impl<M: IndexMapping, S: Store> LatencyWindow<M, S> {
             recent: [0; 2],
             quantile: level,
             cached_ns: None,
-            since_refresh: 0,
             rotations: 0,
             current_count: 0,
-            count: 0,
             current_exact: 0,
-            exact: 0,
+            previous_count: 0,
+            previous_exact: 0,
+            next_check: 1,
         })
     }
 
@@ -300,9 +314,9 @@ impl<M: IndexMapping, S: Store> LatencyWindow<M, S> {
     fn rotate(&mut self, now: u64) {
         core::mem::swap(&mut self.current, &mut self.previous);
         self.current.clear();
-        self.count = self.current_count;
+        self.previous_count = self.current_count;
         self.current_count = 0;
-        self.exact = self.current_exact;
+        self.previous_exact = self.current_exact;
         self.current_exact = 0;
         self.current_start = Some(now);
         self.rotations = self.rotations.saturating_add(1);
@@ -322,7 +336,6 @@ impl<M: IndexMapping, S: Store> LatencyWindow<M, S> {
         // Cannot overflow: one sample at a time (2⁶⁴ calls are centuries
         // at one a nanosecond), and rotation only moves counts down.
         self.current_exact = self.current_exact.wrapping_add(1);
-        self.exact = self.exact.wrapping_add(1);
         self.after_sample(now);
         Ok(())
     }
@@ -341,26 +354,31 @@ impl<M: IndexMapping, S: Store> LatencyWindow<M, S> {
 
     #[inline]
     fn after_sample(&mut self, now: u64) {
-        // As in `record`: one sample at a time, so these cannot overflow.
+        // As in `record`: one sample at a time, so this cannot overflow.
         self.current_count = self.current_count.wrapping_add(1);
-        self.count = self.count.wrapping_add(1);
+        if self.current_count >= self.next_check {
+            self.checkpoint(now);
+        }
+    }
+
+    /// Every `count / 32` samples: rotate on count, or refresh.
+    #[inline(never)]
+    fn checkpoint(&mut self, now: u64) {
         if self.current_count >= self.rotation.max_samples {
             self.rotate(now);
-            return;
-        }
-        // At most `count`, so it cannot overflow either.
-        self.since_refresh = self.since_refresh.wrapping_add(1);
-        if self.since_refresh >= (self.count / REFRESH_SHARE).max(1) {
+        } else {
             self.refresh();
         }
     }
 
     /// Recomputes the cached quantile from both halves (integer
-    /// arithmetic; see the module docs).
+    /// arithmetic; see the module docs). The next refresh comes
+    /// `max(1, count / 32)` samples later, or at the rotation on count if
+    /// that is sooner.
     pub fn refresh(&mut self) {
-        self.since_refresh = 0;
         self.cached_ns =
             survival::quantile([self.current.pair(), self.previous.pair()], &self.quantile);
+        self.next_check = refresh_after(self.current_count, self.count(), &self.rotation);
     }
 
     /// The cached quantile in nanoseconds (rounded down, saturating), `None`
@@ -421,13 +439,14 @@ impl<M: IndexMapping, S: Store> LatencyWindow<M, S> {
     /// Samples in both halves, exact and censored. O(1).
     #[inline]
     pub fn count(&self) -> u64 {
-        self.count
+        // Two counts of samples taken one at a time: no overflow.
+        self.current_count.wrapping_add(self.previous_count)
     }
 
     /// Exact samples (answers) in both halves. O(1).
     #[inline]
     pub fn exact_count(&self) -> u64 {
-        self.exact
+        self.current_exact.wrapping_add(self.previous_exact)
     }
 
     /// Censored samples in both halves.
@@ -478,9 +497,9 @@ impl<M: IndexMapping, S: Store> LatencyWindow<M, S> {
         self.current.clear();
         self.previous.clear();
         self.current_count = 0;
-        self.count = 0;
+        self.previous_count = 0;
         self.current_exact = 0;
-        self.exact = 0;
+        self.previous_exact = 0;
     }
 
     /// Empties both halves and forgets the time.
@@ -489,7 +508,7 @@ impl<M: IndexMapping, S: Store> LatencyWindow<M, S> {
         self.current_start = None;
         self.recent = [0; 2];
         self.cached_ns = None;
-        self.since_refresh = 0;
+        self.next_check = 1;
     }
 }
 

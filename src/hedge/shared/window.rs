@@ -54,7 +54,7 @@
 use crate::mapping::{CubicMapping, IndexMapping};
 use crate::sync::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use crate::window::survival::{self, Answer, Level, Pair, Side};
-use crate::window::{Rotation, REFRESH_SHARE};
+use crate::window::{refresh_after, Rotation};
 
 /// Buckets per side: 1 µs (0.75 µs) to 10 min at α = 1 %, like the
 /// default `CollapsingLowestStore<1024>` of [`Hedger`](crate::hedge::Hedger).
@@ -353,8 +353,9 @@ pub(crate) struct AtomicWindow {
     busy: Padded<AtomicBool>,
     /// The cached quantile in ns plus one, saturating; 0 for none.
     cached: AtomicU64,
-    /// Samples in the window at the last refresh.
-    refreshed_at: AtomicU64,
+    /// At this count of the current half, refresh (or rotate, at
+    /// `max_samples`): the schedule of `LatencyWindow`.
+    next_check: AtomicU64,
     rotations: AtomicU64,
 }
 
@@ -369,7 +370,7 @@ impl AtomicWindow {
             generation: AtomicU64::new(0),
             busy: Padded(AtomicBool::new(false)),
             cached: AtomicU64::new(0),
-            refreshed_at: AtomicU64::new(0),
+            next_check: AtomicU64::new(1),
             rotations: AtomicU64::new(0),
         }
     }
@@ -419,20 +420,17 @@ impl AtomicWindow {
         if !side.add(p, elapsed, exact) {
             return false;
         }
-        if current.count() >= p.rotation.max_samples {
+        if current.count() >= self.next_check.load(Ordering::Relaxed) {
             self.try_locked(|| {
-                // Another thread may have rotated since.
+                // Another thread may have rotated or refreshed since.
                 let (current, _) = self.halves();
-                if current.count() >= p.rotation.max_samples {
+                let n = current.count();
+                if n >= p.rotation.max_samples {
                     self.rotate(p, now);
+                } else if n >= self.next_check.load(Ordering::Relaxed) {
+                    self.refresh(p);
                 }
             });
-            return true;
-        }
-        let count = self.count();
-        let since = count.saturating_sub(self.refreshed_at.load(Ordering::Relaxed));
-        if since >= (count / REFRESH_SHARE).max(1) {
-            self.try_locked(|| self.refresh(p));
         }
         true
     }
@@ -548,7 +546,8 @@ impl AtomicWindow {
         // +1 keeps 0 for "none".
         let encoded = q.map_or(0, |v| v.saturating_add(1));
         self.cached.store(encoded, Ordering::Relaxed);
-        self.refreshed_at.store(self.count(), Ordering::Relaxed);
+        let next = refresh_after(current.count(), self.count(), &p.rotation);
+        self.next_check.store(next, Ordering::Relaxed);
     }
 
     /// The cached quantile (ns, rounded down), `None` while the window
