@@ -49,6 +49,11 @@ pub(crate) trait Core<K> {
     /// Records one sample of `target` (and the aggregate): whether the
     /// target's window took it.
     fn record_sample(&mut self, target: K, now: u64, elapsed: u64, exact: bool) -> bool;
+    /// [`record_sample`](Self::record_sample) of an exact sample, on the
+    /// common path (the sole primary's answer).
+    fn record_answer(&mut self, target: K, now: u64, elapsed: u64) -> bool {
+        self.record_sample(target, now, elapsed, true)
+    }
     fn bump(&mut self, stat: Stat);
     /// The delay given to the latest request that hedges on a timer.
     fn set_current_delay(&mut self, delay_ns: u64);
@@ -227,14 +232,55 @@ fn send_next<K: Copy, C: Core<K>>(
     Ok(attempt)
 }
 
+/// Whether `attempt`'s commit is the common one: the primary answers and
+/// it is all that was sent (nothing to release or cancel).
+#[inline(always)]
+pub(crate) fn is_sole_primary<K>(request: &Request<K>, attempt: Attempt) -> bool {
+    attempt.is_primary()
+        && request.sent == 1
+        && request.phase == Phase::Racing
+        && request.failed.is_empty()
+}
+
+/// The commit of the sole primary at `now` (see [`is_sole_primary`]): one
+/// exact sample. Always inlined: it is most requests' whole commit.
+#[inline(always)]
+pub(crate) fn commit_sole_primary<K: Copy, C: Core<K>>(
+    core: &mut C,
+    request: &mut Request<K>,
+    now: u64,
+) -> CommitOutcome {
+    let stat = match request.sent_at.first().and_then(|&sent| now.checked_sub(sent)) {
+        None => Stat::ClockAnomalies,
+        Some(elapsed) if elapsed > core.config().max_sample_ns => Stat::SamplesRefused,
+        Some(elapsed) => {
+            if core.record_answer(request.target(), now, elapsed) {
+                Stat::Samples
+            } else {
+                Stat::SamplesRefused
+            }
+        }
+    };
+    core.bump(stat);
+    request.phase = Phase::Won(Attempt::PRIMARY);
+    request.next_hedge_at = None;
+    core.bump(Stat::PrimaryWins);
+    CommitOutcome::Won {
+        winner: Attempt::PRIMARY,
+        cancel: AttemptSet::EMPTY,
+    }
+}
+
 /// `attempt` of `request` gave its commit signal at `now`.
-#[inline]
 pub(crate) fn on_commit<K: Copy, C: Core<K>>(
     core: &mut C,
     request: &mut Request<K>,
     attempt: Attempt,
     now: u64,
 ) -> CommitOutcome {
+    if is_sole_primary(request, attempt) {
+        return commit_sole_primary(core, request, now);
+    }
     if attempt.0 >= request.sent {
         return CommitOutcome::Unknown;
     }
@@ -244,18 +290,9 @@ pub(crate) fn on_commit<K: Copy, C: Core<K>>(
     if request.failed.contains(attempt) {
         return CommitOutcome::Unknown;
     }
-    let cancel = if request.sent == 1 {
-        // The common path: only the primary was sent, so `attempt` is the
-        // primary (checked above: sent, not failed) and all that races.
-        // The primary is never leased: nothing to release or cancel.
-        record_one(core, request, attempt, true, now);
-        AttemptSet::EMPTY
-    } else {
-        let racing = request.in_flight();
-        record(core, request, racing, Some(attempt), now);
-        release(core, request, racing);
-        racing.without(attempt)
-    };
+    let racing = request.in_flight();
+    record(core, request, racing, Some(attempt), now);
+    release(core, request, racing);
     request.phase = Phase::Won(attempt);
     request.next_hedge_at = None;
     core.bump(if attempt.is_primary() {
@@ -265,7 +302,7 @@ pub(crate) fn on_commit<K: Copy, C: Core<K>>(
     });
     CommitOutcome::Won {
         winner: attempt,
-        cancel,
+        cancel: racing.without(attempt),
     }
 }
 
@@ -286,8 +323,8 @@ fn record<K: Copy, C: Core<K>>(
 }
 
 /// Records the elapsed time of attempt `a` at `now`: exact (the winner's)
-/// or censored. Always inlined: the common path's one sample.
-#[inline(always)]
+/// or censored.
+#[inline]
 fn record_one<K: Copy, C: Core<K>>(
     core: &mut C,
     request: &Request<K>,

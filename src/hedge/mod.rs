@@ -325,6 +325,7 @@ impl<K: PartialEq + Copy, B: HedgeBudget, const T: usize, S: Store, M: IndexMapp
     /// Starts a request to `target` at `now`: the caller sends the primary
     /// and arms a timer at [`Request::next_timer`] if it is `Some`.
     /// [`Request::plan`] says what was decided and why.
+    #[inline(always)]
     pub fn start(&mut self, target: K, now: u64, idempotency: Idempotency) -> Request<K> {
         bump(&mut self.stats.requests);
         let (index, new) = self.entry_inserted(target, now);
@@ -433,13 +434,19 @@ impl<K: PartialEq + Copy, B: HedgeBudget, const T: usize, S: Store, M: IndexMapp
 
     /// Takes a hedge token for a request to `target` at `now`.
     /// `attempt` of `request` gave its commit signal at `now`.
+    #[inline(always)]
     pub fn on_commit(
         &mut self,
         request: &mut Request<K>,
         attempt: Attempt,
         now: u64,
     ) -> CommitOutcome {
-        machine::on_commit(self, request, attempt, now)
+        // Inline only the common commit (the sole primary's answer).
+        if machine::is_sole_primary(request, attempt) {
+            machine::commit_sole_primary(self, request, now)
+        } else {
+            machine::on_commit(self, request, attempt, now)
+        }
     }
 
     /// `attempt` of `request` failed (an error, not slowness) at `now`.
@@ -533,6 +540,36 @@ impl<K: PartialEq + Copy, B: HedgeBudget, const T: usize, S: Store, M: IndexMapp
     }
 }
 
+impl<K: PartialEq + Copy, B: HedgeBudget, const T: usize, S: Store, M: IndexMapping>
+    Hedger<K, B, T, S, M>
+{
+    /// Records one sample, exact or censored, in `target`'s window (its
+    /// entry made if evicted) and the aggregate: whether the target's
+    /// window took it.
+    #[inline(always)]
+    fn record_into<const EXACT: bool>(&mut self, target: K, now: u64, elapsed: u64) -> bool {
+        let index = self.entry(target, now);
+        let recorded = self.table.get_mut(index).is_some_and(|t| {
+            let w = &mut t.window;
+            if EXACT {
+                w.record(now, elapsed)
+            } else {
+                w.record_censored(now, elapsed)
+            }
+            .is_ok()
+        });
+        if T > 1 {
+            let w = &mut self.aggregate;
+            let _ = if EXACT {
+                w.record(now, elapsed)
+            } else {
+                w.record_censored(now, elapsed)
+            };
+        }
+        recorded
+    }
+}
+
 impl<K: PartialEq + Copy, B: HedgeBudget, const T: usize, S: Store, M: IndexMapping> Core<K>
     for Hedger<K, B, T, S, M>
 {
@@ -573,25 +610,16 @@ impl<K: PartialEq + Copy, B: HedgeBudget, const T: usize, S: Store, M: IndexMapp
 
     #[inline]
     fn record_sample(&mut self, target: K, now: u64, elapsed: u64, exact: bool) -> bool {
-        let index = self.entry(target, now);
-        let recorded = self.table.get_mut(index).is_some_and(|t| {
-            let w = &mut t.window;
-            if exact {
-                w.record(now, elapsed)
-            } else {
-                w.record_censored(now, elapsed)
-            }
-            .is_ok()
-        });
-        if T > 1 {
-            let w = &mut self.aggregate;
-            let _ = if exact {
-                w.record(now, elapsed)
-            } else {
-                w.record_censored(now, elapsed)
-            };
+        if exact {
+            self.record_into::<true>(target, now, elapsed)
+        } else {
+            self.record_into::<false>(target, now, elapsed)
         }
-        recorded
+    }
+
+    #[inline(always)]
+    fn record_answer(&mut self, target: K, now: u64, elapsed: u64) -> bool {
+        self.record_into::<true>(target, now, elapsed)
     }
 
     #[inline(always)]
