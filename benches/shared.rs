@@ -1,6 +1,10 @@
 //! One hedger shared by threads: the common path (start + commit, no
 //! hedge) of `SharedHedger` on one thread and on two threads contending,
-//! against `std::sync::Mutex<Hedger>` doing the same.
+//! against `std::sync::Mutex<Hedger>` doing the same, and a control: one
+//! `SharedHedger` per thread, nothing shared, which shows what the machine
+//! itself loses when both cores work (a VM whose two vCPUs share a
+//! physical core, or another process on the other core, slows the control
+//! as much as contention would).
 //!
 //! Each measurement runs `iters` requests on every thread at once (after a
 //! barrier) and reports the slowest thread's time: criterion's "time" is
@@ -50,16 +54,22 @@ fn latency(i: u64) -> u64 {
     4 * MS + (i % 100) * 20_000
 }
 
-/// Runs `iters` requests on each of `threads` threads at once; the
-/// slowest thread's time. `clock` keeps time moving across batches.
-fn run(h: &impl Common, clock: &AtomicU64, threads: u64, iters: u64) -> Duration {
+/// Runs `iters` requests on each of `threads` threads at once, thread `t`
+/// on `state(t)`; the slowest thread's time. `clock` keeps time moving
+/// across batches.
+fn run<'a, C: Common + 'a>(
+    state: impl Fn(u64) -> &'a C + Sync,
+    clock: &AtomicU64,
+    threads: u64,
+    iters: u64,
+) -> Duration {
     // 1 µs between a thread's requests; threads 100 ns apart.
     let base = clock.fetch_add(iters * 1_000 + 1_000, Ordering::Relaxed);
     let barrier = Barrier::new(threads as usize);
     std::thread::scope(|s| {
         let handles: Vec<_> = (0..threads)
             .map(|t| {
-                let barrier = &barrier;
+                let (barrier, h) = (&barrier, state(t));
                 s.spawn(move || {
                     barrier.wait();
                     let start = Instant::now();
@@ -93,14 +103,24 @@ fn shared_paths(c: &mut Criterion) {
         warm(&h, &clock);
         group.bench_function(
             format!("SharedHedger common path, {threads} thread(s)"),
-            |b| b.iter_custom(|iters| run(&h, &clock, threads, iters)),
+            |b| b.iter_custom(|iters| run(|_| &h, &clock, threads, iters)),
         );
         let clock = AtomicU64::new(0);
         let m = Mutex::new(Hedger::new(HedgeConfig::DEFAULT).unwrap());
         warm(&m, &clock);
         group.bench_function(
             format!("Mutex<Hedger> common path, {threads} thread(s)"),
-            |b| b.iter_custom(|iters| run(&m, &clock, threads, iters)),
+            |b| b.iter_custom(|iters| run(|_| &m, &clock, threads, iters)),
+        );
+        // The control: nothing shared.
+        let clock = AtomicU64::new(0);
+        let own: Vec<SharedHedger> = (0..threads)
+            .map(|_| SharedHedger::new(HedgeConfig::DEFAULT).unwrap())
+            .collect();
+        own.iter().for_each(|h| warm(h, &clock));
+        group.bench_function(
+            format!("control: a SharedHedger per thread, {threads} thread(s)"),
+            |b| b.iter_custom(|iters| run(|t| &own[t as usize], &clock, threads, iters)),
         );
     }
     group.finish();

@@ -486,7 +486,14 @@ fn every_ending_from_many_threads_balances_exactly() {
     let end = clock.load(Relaxed) + 10 * MS;
     assert_eq!(h.hedges_in_flight(end), 0);
     let budget = h.budget_stats();
-    assert_eq!(budget.grants, stats.hedges_sent);
+    // Every hedge sent paid a token; a token granted while another thread
+    // took the last in-flight place was spent for nothing (fails closed),
+    // and that hedge counts as limited.
+    assert!(budget.grants >= stats.hedges_sent, "{budget:?} {stats:?}");
+    assert!(
+        budget.grants - stats.hedges_sent <= stats.in_flight_limited,
+        "{budget:?} {stats:?}"
+    );
     assert!(budget.grants * 10_000 <= requests * 1_500, "{budget:?}");
     assert!(stats.hedges_sent > 0 && stats.hedge_wins > 0, "{stats:?}");
 }

@@ -221,7 +221,10 @@ fn run_both_from<const T: usize, M: IndexMapping + FromRelativeAccuracy>(
 ) {
     let mut plain: Hedger<usize, Budget, T, CollapsingLowestStore<1024>, M> =
         Hedger::with_budget(config, budget()).unwrap();
-    let shared: SharedHedger<Budget, T, M> = SharedHedger::with_budget(config, budget()).unwrap();
+    // Every sample and deposit published at once: the same decisions.
+    let shared: SharedHedger<Budget, T, M> = SharedHedger::with_budget(config, budget())
+        .unwrap()
+        .with_batch(1);
     let mut live: Vec<(Request<usize>, Request<usize>)> = Vec::new();
     // Multiples of 1 µs from `start`: elapsed times are 0 or within the
     // shared key range.
@@ -411,6 +414,178 @@ proptest! {
     ) {
         run_both_from::<1, CubicMapping>(config, || make_budget(budget), 10 * SEC, &events);
     }
+}
+
+/// One step of a batched run: requests start, answer or are given up (no
+/// timer, so the two hedgers' delays cannot make the runs differ), time
+/// moves, or the shared hedger publishes.
+#[derive(Clone, Debug)]
+enum Step {
+    Tick(u64),
+    Start(usize),
+    Commit(usize),
+    Abandon(usize),
+    Flush,
+}
+
+fn step(targets: usize) -> impl Strategy<Value = Step> {
+    prop_oneof![
+        4 => prop_oneof![0u64..200, 0u64..20_000].prop_map(Step::Tick),
+        4 => (0..targets).prop_map(Step::Start),
+        4 => any::<usize>().prop_map(Step::Commit),
+        1 => any::<usize>().prop_map(Step::Abandon),
+        1 => Just(Step::Flush),
+    ]
+}
+
+/// Drives a `Hedger` and a batching `SharedHedger` with the same steps. A
+/// lane replays its samples in the order they came, each at its own time:
+/// after every flush the windows (hence delays and plans) are the ones
+/// the hedger has, and counters always match.
+fn run_batched<const T: usize>(config: HedgeConfig, batch: usize, steps: &[Step]) {
+    let mut plain: Hedger<usize, Budget, T> =
+        Hedger::with_budget(config, Budget::Unlimited).unwrap();
+    let shared: SharedHedger<Budget, T> = SharedHedger::with_budget(config, Budget::Unlimited)
+        .unwrap()
+        .with_batch(batch);
+    assert_eq!(shared.batch(), batch);
+    let mut live: Vec<(Request<usize>, Request<usize>)> = Vec::new();
+    let mut now = 10 * SEC;
+    for (i, s) in steps.iter().enumerate() {
+        match *s {
+            Step::Tick(us) => now += us * US,
+            Step::Start(target) => {
+                let a = plain.start(target, now, IDEMPOTENT);
+                let b = shared.start(target, now, IDEMPOTENT);
+                if live.len() < 16 {
+                    live.push((a, b));
+                }
+            }
+            Step::Commit(k) | Step::Abandon(k) if !live.is_empty() => {
+                let (mut a, mut b) = live.swap_remove(k % live.len());
+                if matches!(s, Step::Commit(_)) {
+                    let x = plain.on_commit(&mut a, Attempt::PRIMARY, now);
+                    assert_eq!(
+                        x,
+                        shared.on_commit(&mut b, Attempt::PRIMARY, now),
+                        "step {i}"
+                    );
+                } else {
+                    assert_eq!(
+                        plain.abandon(&mut a, now),
+                        shared.abandon(&mut b, now),
+                        "step {i}"
+                    );
+                }
+            }
+            Step::Commit(_) | Step::Abandon(_) => {}
+            Step::Flush => {
+                shared.flush(now);
+                for t in 0..T {
+                    assert_eq!(
+                        plain.delay_ns(&t, now),
+                        shared.delay_ns(t, now),
+                        "step {i}, target {t}"
+                    );
+                    assert_eq!(
+                        plain.plan(&t, now),
+                        shared.plan(t, now),
+                        "step {i}, target {t}"
+                    );
+                }
+            }
+        }
+        let (p, q) = (plain.stats(), shared.stats());
+        assert_eq!(
+            (
+                p.requests,
+                p.samples,
+                p.censored_samples,
+                p.gave_up,
+                p.primary_wins
+            ),
+            (
+                q.requests,
+                q.samples,
+                q.censored_samples,
+                q.gave_up,
+                q.primary_wins
+            ),
+            "step {i}"
+        );
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(128))]
+
+    #[test]
+    #[cfg_attr(miri, ignore)]
+    fn batches_replay_to_the_hedgers_windows(
+        config in config(),
+        batch in 2usize..=16,
+        steps in prop::collection::vec(step(1), 1..600),
+    ) {
+        run_batched::<1>(config, batch, &steps);
+    }
+
+    #[test]
+    #[cfg_attr(miri, ignore)]
+    fn batches_replay_to_the_hedgers_windows_with_targets(
+        config in config(),
+        batch in 2usize..=16,
+        steps in prop::collection::vec(step(3), 1..600),
+    ) {
+        run_batched::<3>(config, batch, &steps);
+    }
+}
+
+#[test]
+fn a_burst_is_published_in_batches_and_a_trickle_at_once() {
+    let config = HedgeConfig::DEFAULT;
+    let mut plain: Hedger<usize, Budget, 1> =
+        Hedger::with_budget(config, Budget::Unlimited).unwrap();
+    let shared: SharedHedger<Budget, 1> =
+        SharedHedger::with_budget(config, Budget::Unlimited).unwrap();
+    assert_eq!(shared.batch(), 16);
+    let answer = |now: u64, latency: u64, plain: &mut Hedger<usize, Budget, 1>| {
+        let mut a = plain.start(0, now, IDEMPOTENT);
+        let mut b = shared.start(0, now, IDEMPOTENT);
+        plain.on_commit(&mut a, Attempt::PRIMARY, now + latency);
+        shared.on_commit(&mut b, Attempt::PRIMARY, now + latency);
+    };
+    // A trickle, 10 ms apart (warming up, then warm): each sample at once.
+    let mut now = SEC;
+    for i in 0..40 {
+        answer(now, (5 + i % 3) * MS, &mut plain);
+        now += 10 * MS;
+        assert_eq!(
+            plain.delay_ns(&0, now),
+            shared.delay_ns(0, now),
+            "sample {i}"
+        );
+    }
+    // A burst of slow answers 1 µs apart. The first is published at once
+    // (the lane last published 50 ms before); after it, the lane holds up
+    // to 16 before it publishes, so the shared delay lags...
+    answer(now, 50 * MS, &mut plain);
+    now += US;
+    assert_eq!(plain.delay_ns(&0, now), shared.delay_ns(0, now));
+    let before = shared.delay_ns(0, now);
+    for _ in 0..15 {
+        answer(now, 50 * MS, &mut plain);
+        now += US;
+    }
+    assert_ne!(plain.delay_ns(&0, now), before);
+    assert_eq!(shared.delay_ns(0, now), before);
+    // ...and the 16th publishes the batch: the same windows again.
+    answer(now, 50 * MS, &mut plain);
+    assert_eq!(plain.delay_ns(&0, now), shared.delay_ns(0, now));
+    // Counters match, but for the delay the last request got (before the
+    // batch was published).
+    let mut stats = shared.stats();
+    stats.current_delay_ns = plain.stats().current_delay_ns;
+    assert_eq!(plain.stats(), stats);
 }
 
 /// Warm, quick single-thread requests: start, commit after `latency`.

@@ -83,7 +83,11 @@ fuzz_target!(|input: Input| {
         _ => Budget::Ratio(RatioBudget::new(share, 3).unwrap()),
     };
     let mut plain: Hedger<usize, Budget, 2> = Hedger::with_budget(config, budget()).unwrap();
-    let shared: SharedHedger<Budget, 2> = SharedHedger::with_budget(config, budget()).unwrap();
+    // Samples and deposits published at once: the same decisions (batches
+    // are `hedge_shared`'s replay property).
+    let shared: SharedHedger<Budget, 2> = SharedHedger::with_budget(config, budget())
+        .unwrap()
+        .with_batch(1);
     let mut live: Vec<(Request<usize>, Request<usize>)> = Vec::new();
     let mut now_us: u64 = 0;
     for event in input.events.into_iter().take(512) {

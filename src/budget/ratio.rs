@@ -160,9 +160,9 @@ pub struct RatioBudget {
     floor: u64,
     /// Bank window of a traffic-scaled budget; `None` for a fixed cap.
     window_ns: Option<NonZeroU64>,
-    /// Where the window of the latest mark begins: a deposit less than a
-    /// window after it needs no mark.
-    marked_from: AtomicU64,
+    /// The number of the window of the latest mark: a deposit in it needs
+    /// no mark, and a cap in it no division.
+    marked: AtomicU64,
     /// The marks of the latest even- and odd-numbered windows: the window
     /// number's low 32 bits above the low 32 bits of `D` before the
     /// window's first deposit.
@@ -271,7 +271,7 @@ impl RatioBudget {
             // u32 × 10⁴ < 2⁴⁶: cannot saturate.
             floor: (floor_tokens as u64).saturating_mul(UNITS_PER_TOKEN),
             window_ns,
-            marked_from: AtomicU64::new(0),
+            marked: AtomicU64::new(0),
             marks: [AtomicU64::new(0), AtomicU64::new(0)],
             reserve: None,
         }
@@ -290,7 +290,7 @@ impl RatioBudget {
             deposit: self.deposit,
             floor: self.floor,
             window_ns: self.window_ns,
-            marked_from: self.marked_from,
+            marked: self.marked,
             marks: self.marks,
             reserve: Some(reserve),
         }
@@ -328,7 +328,7 @@ impl RatioBudget {
         let Some(window) = self.window_ns else {
             return self.floor;
         };
-        let k = now_ns.checked_div(window.get()).unwrap_or(0);
+        let k = self.window_of(now_ns, window);
         // Truncation intended: a mark keeps the window number's low half.
         #[allow(clippy::cast_possible_truncation)]
         let tag = k as u32;
@@ -364,7 +364,9 @@ impl RatioBudget {
     #[must_use]
     pub fn balance_at(&self, now_ns: u64) -> u64 {
         let cap = self.cap_units_at(now_ns);
-        self.unspent(self.consumed.load(Ordering::Acquire)).0.min(cap)
+        self.unspent(self.consumed.load(Ordering::Acquire))
+            .0
+            .min(cap)
     }
 
     /// The balance in units, not counting the reserve, in the window of the
@@ -372,7 +374,9 @@ impl RatioBudget {
     /// [`balance_at`](Self::balance_at) a time in that window.
     #[must_use]
     pub fn balance(&self) -> u64 {
-        self.balance_at(self.marked_from.load(Ordering::Relaxed))
+        let k = self.marked.load(Ordering::Relaxed);
+        let from = self.window_ns.map_or(0, |w| k.saturating_mul(w.get()));
+        self.balance_at(from)
     }
 
     /// The reserve, if any.
@@ -386,15 +390,34 @@ impl RatioBudget {
         self.reserve.as_ref()
     }
 
+    /// The latest mark's window number, if `now_ns` lies in it.
+    #[inline]
+    fn marked_window(&self, now_ns: u64, window: NonZeroU64) -> Option<u64> {
+        let k = self.marked.load(Ordering::Relaxed);
+        // k·W ≤ some timestamp: no overflow. Not `wrapping_sub`: the last
+        // window may end past `u64::MAX`.
+        let from = k.saturating_mul(window.get());
+        now_ns
+            .checked_sub(from)
+            .is_some_and(|d| d < window.get())
+            .then_some(k)
+    }
+
+    /// The number of `now_ns`'s window: the latest mark's if it is that one
+    /// (no division), else `now_ns / W`.
+    #[inline]
+    fn window_of(&self, now_ns: u64, window: NonZeroU64) -> u64 {
+        self.marked_window(now_ns, window)
+            .unwrap_or_else(|| now_ns.checked_div(window.get()).unwrap_or(0))
+    }
+
     /// Counts `n` deposits at `now_ns`: one `fetch_add`, and a mark for the
     /// first deposit of a window.
     #[inline]
     fn deposit_n(&self, now_ns: u64, n: u64) {
         let before = self.deposits.fetch_add(n, Ordering::Relaxed);
         if let Some(window) = self.window_ns {
-            let from = self.marked_from.load(Ordering::Relaxed);
-            // Not `wrapping_sub`: the last window may end past `u64::MAX`.
-            if now_ns.checked_sub(from).is_none_or(|d| d >= window.get()) {
+            if self.marked_window(now_ns, window).is_none() {
                 self.mark(now_ns, window, before);
             }
         }
@@ -427,9 +450,7 @@ impl RatioBudget {
                 Err(actual) => word = actual,
             }
         }
-        // k·W ≤ now: cannot overflow.
-        self.marked_from
-            .store(k.saturating_mul(window.get()), Ordering::Relaxed);
+        self.marked.store(k, Ordering::Relaxed);
         if marked {
             self.give_up_above(self.cap_units_at(now_ns));
         }
@@ -891,7 +912,8 @@ mod tests {
         // capped far below it, does not move.
         let b = RatioBudget::default();
         traffic(&b, 0, SEC / 2, 65_530);
-        b.consumed.store(0u64.wrapping_sub(1 << 50), Ordering::Relaxed);
+        b.consumed
+            .store(0u64.wrapping_sub(1 << 50), Ordering::Relaxed);
         let before = b.balance_at(SEC / 2);
         assert_eq!(before, b.cap_units_at(SEC / 2));
         traffic(&b, SEC / 2, 10, 10); // crosses 2¹⁶ deposits

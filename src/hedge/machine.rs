@@ -250,7 +250,11 @@ pub(crate) fn commit_sole_primary<K: Copy, C: Core<K>>(
     request: &mut Request<K>,
     now: u64,
 ) -> CommitOutcome {
-    let stat = match request.sent_at.first().and_then(|&sent| now.checked_sub(sent)) {
+    let stat = match request
+        .sent_at
+        .first()
+        .and_then(|&sent| now.checked_sub(sent))
+    {
         None => Stat::ClockAnomalies,
         Some(elapsed) if elapsed > core.config().max_sample_ns => Stat::SamplesRefused,
         Some(elapsed) => {

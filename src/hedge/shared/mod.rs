@@ -27,8 +27,10 @@
 //!   both take the last place (only two sending at the same instant on
 //!   either side of a slot boundary, every ¼ lease, can);
 //! * **budget** — already lock-free ([`HedgeBudget`] is `Sync`);
-//! * **counters** — striped over cache lines by thread (see
-//!   [`stats`](SharedHedger::stats)).
+//! * **lanes** — one per thread (up to eight), on cache lines of its own:
+//!   the thread's counters, its requests not yet deposited in the budget
+//!   and its latest samples, published to the windows and the budget in
+//!   batches (see *Batches*).
 //!
 //! ```
 //! use std::sync::Arc;
@@ -53,10 +55,42 @@
 //! # Ok::<(), tailguard::hedge::ConfigError>(())
 //! ```
 //!
+//! # Batches
+//! A request's writes to shared state — its budget deposit, its sample's
+//! bucket and counts, the window's latest timestamps — make those cache
+//! lines travel to the writing core and back to the others. With two
+//! threads sending requests, that costs more than the requests
+//! themselves. So each thread gathers them in its lane and publishes them
+//! [`batch`](SharedHedger::with_batch) samples at a time (16 by
+//! default): the lines then travel once a batch. A lane publishes its
+//! samples in the order they came, each with its own timestamp, exactly
+//! as if they had been recorded then — rotation, idle gaps and clock steps
+//! included — so after a publication the windows are what `Hedger` has
+//! after the same samples (`tests/hedge_shared.rs` checks it step by
+//! step). What a batch delays, and for how long:
+//! * a lane publishes at once while a window its sample goes to is not
+//!   warm (fewer than `min_samples` answers): warming up is never delayed;
+//! * it publishes at once when it last published 1 ms (or an eighth of the
+//!   rotation period) or more before the sample's timestamp, or after it
+//!   (the clock went back): a thread recording fewer than a thousand
+//!   samples a second publishes every sample, and batches form only under
+//!   load, where 16 samples are a fraction of a millisecond;
+//! * otherwise the samples of the batch in progress — at most 15 a lane —
+//!   wait for the next one or for [`flush`](SharedHedger::flush): the
+//!   delay estimate misses at most `15 × threads` samples, out of the
+//!   thousand or more the window holds at that rate;
+//! * deposits go with the samples, and a thread publishes its own pending
+//!   deposits before it takes a hedge token, so the budget misses at most
+//!   the other threads' last requests (fail closed).
+//!
+//! [`stats`](SharedHedger::stats) counts samples when they are recorded,
+//! published or not. `with_batch(1)` publishes everything at once.
+//!
 //! # Same answers as `Hedger`
-//! On one thread, a `SharedHedger<B, T>` decides what a
+//! On one thread, a `SharedHedger<B, T>` with a batch of 1 decides what a
 //! `Hedger<usize, B, T>` given the same events decides, and computes the
-//! same delays, with two documented exceptions: samples below the fixed
+//! same delays (with batches, the same delays after each publication),
+//! with two documented exceptions: samples below the fixed
 //! key range (under 0.75 µs at the defaults, while the window also holds
 //! samples near `max_sample_ns`) collapse into its first bucket where the
 //! sketch's range would have followed its largest samples, and in-flight
@@ -77,7 +111,8 @@
 //! Every counter is exact: no increment is lost, whatever the threads do
 //! (a multi-thread test checks requests, wins, samples and bucket totals
 //! against the exact answers, also under Miri). Reads are not snapshots:
-//! [`stats`](SharedHedger::stats) sums counters while others add to them.
+//! [`stats`](SharedHedger::stats) sums the lanes' counters while others add
+//! to them, and the windows hold published samples only (see *Batches*).
 //! During a rotation the half being cleared is the *previous* one, which no
 //! writer is adding to; a sample whose writer was preempted across two
 //! rotations may be cleared with it or survive. A refresh racing with
@@ -98,11 +133,11 @@
 //!
 //! # Memory
 //! Inline, no allocation: 16 KiB a window (two halves × exact and censored
-//! × 1 024 `AtomicU32`), `T + 1` windows, 1 KiB of counter stripes, and the
-//! budget. Put it in an `Arc` or a `static`.
+//! × 1 024 `AtomicU32`), `T + 1` windows, 5 KiB of lanes, and the budget.
+//! Put it in an `Arc` or a `static`.
 
 mod in_flight;
-mod stats;
+mod lanes;
 mod window;
 
 use super::machine::{self, Core, Stat};
@@ -114,8 +149,13 @@ use crate::budget::{Budget, BudgetStats, HedgeBudget};
 use crate::mapping::IndexMapping;
 use crate::{CubicMapping, FromRelativeAccuracy};
 use in_flight::AtomicInFlight;
-use stats::AtomicStats;
+use lanes::{Lane, Lanes, Locked, Sample, LANE_SAMPLES};
 use window::{AtomicWindow, Params};
+
+/// A lane that published longer ago than this (1 ms, or an eighth of the
+/// rotation period if that is shorter) publishes each sample at once: its
+/// thread records slowly, and batching would only delay the estimate.
+const MAX_WAIT_NS: u64 = 1_000_000;
 
 /// Hedge state shared by every thread: all events take `&self`; see the
 /// module docs.
@@ -140,7 +180,11 @@ pub struct SharedHedger<B: HedgeBudget = Budget, const T: usize = 1, M: IndexMap
     /// Every sample of every target (unused when `T == 1`).
     aggregate: AtomicWindow,
     in_flight: AtomicInFlight,
-    stats: AtomicStats,
+    lanes: Lanes,
+    /// Samples a lane publishes at a time (1: each at once, no lane).
+    batch: usize,
+    /// A lane that published longer ago publishes each sample at once.
+    max_wait_ns: u64,
 }
 
 impl SharedHedger {
@@ -165,20 +209,34 @@ impl<B: HedgeBudget, const T: usize, M: IndexMapping + FromRelativeAccuracy> Sha
         config.validate()?;
         let mapping = M::from_relative_accuracy(config.relative_accuracy)
             .map_err(|_| ConfigError::RelativeAccuracy(config.relative_accuracy))?;
+        let rotation = config.rotation();
         Ok(Self {
             config,
-            params: Params::new(
-                mapping,
-                config.max_sample_ns,
-                config.rotation(),
-                config.quantile,
-            ),
+            params: Params::new(mapping, config.max_sample_ns, rotation, config.quantile),
             budget,
             windows: core::array::from_fn(|_| AtomicWindow::new()),
             aggregate: AtomicWindow::new(),
             in_flight: AtomicInFlight::new(config.in_flight_lease_ns),
-            stats: AtomicStats::new(),
+            lanes: Lanes::new(),
+            batch: LANE_SAMPLES,
+            max_wait_ns: MAX_WAIT_NS.min(rotation.period_ns / 8),
         })
+    }
+}
+
+impl<B: HedgeBudget, const T: usize, M: IndexMapping> SharedHedger<B, T, M> {
+    /// Publishes a thread's samples and deposits `samples` at a time
+    /// (default and most: 16; 1 publishes each at once). See *Batches*
+    /// in the module docs.
+    #[must_use]
+    pub fn with_batch(mut self, samples: usize) -> Self {
+        self.batch = samples.clamp(1, LANE_SAMPLES);
+        self
+    }
+
+    /// Samples a thread publishes at a time (see [`with_batch`](Self::with_batch)).
+    pub fn batch(&self) -> usize {
+        self.batch
     }
 
     /// Starts a request to `target` at `now`: the caller sends the primary
@@ -186,15 +244,24 @@ impl<B: HedgeBudget, const T: usize, M: IndexMapping + FromRelativeAccuracy> Sha
     /// [`Request::plan`] says what was decided and why.
     #[inline]
     pub fn start(&self, target: usize, now: u64, idempotency: Idempotency) -> Request<usize> {
-        self.stats.request();
-        self.budget.on_request(now);
+        let lane = self.lanes.mine();
+        let undeposited = lane.request();
+        if self.batch <= 1 {
+            self.budget.on_request(now);
+        } else if undeposited >= self.batch as u64 {
+            // A thread that starts requests and records few samples (they
+            // time out, they are dropped) deposits here.
+            if let Some(locked) = lane.try_lock() {
+                self.deposit(now, locked.take_deposits());
+            }
+        }
         let delay = self.delay_at(target, now);
-        machine::start(&mut &*self, target, now, idempotency, delay)
+        machine::start(&mut self.on(lane), target, now, idempotency, delay)
     }
 
     /// The caller's timer for `request` fired at `now`.
     pub fn on_timer(&self, request: &mut Request<usize>, now: u64) -> TimerAction {
-        machine::on_timer(&mut &*self, request, now)
+        machine::on_timer(&mut self.here(), request, now)
     }
 
     /// `attempt` of `request` gave its commit signal at `now`.
@@ -205,7 +272,12 @@ impl<B: HedgeBudget, const T: usize, M: IndexMapping + FromRelativeAccuracy> Sha
         attempt: Attempt,
         now: u64,
     ) -> CommitOutcome {
-        machine::on_commit(&mut &*self, request, attempt, now)
+        let mut here = self.here();
+        if machine::is_sole_primary(request, attempt) {
+            machine::commit_sole_primary(&mut here, request, now)
+        } else {
+            machine::on_commit(&mut here, request, attempt, now)
+        }
     }
 
     /// `attempt` of `request` failed (an error, not slowness) at `now`;
@@ -217,7 +289,7 @@ impl<B: HedgeBudget, const T: usize, M: IndexMapping + FromRelativeAccuracy> Sha
         now: u64,
         failure: Failure,
     ) -> FailureOutcome {
-        machine::on_failure(&mut &*self, request, attempt, now, failure)
+        machine::on_failure(&mut self.here(), request, attempt, now, failure)
     }
 
     /// The caller gives `request` up at `now`: releases its in-flight
@@ -226,7 +298,20 @@ impl<B: HedgeBudget, const T: usize, M: IndexMapping + FromRelativeAccuracy> Sha
     /// is safe too, only slower to release (see
     /// [`in_flight_lease_ns`](HedgeConfig::in_flight_lease_ns)).
     pub fn abandon(&self, request: &mut Request<usize>, now: u64) -> AttemptSet {
-        machine::abandon(&mut &*self, request, now)
+        machine::abandon(&mut self.here(), request, now)
+    }
+
+    /// Publishes what every lane holds (samples to the windows, deposits
+    /// to the budget, the deposits at `now`), but for lanes another thread
+    /// is using at this moment: theirs go with that thread's next batch.
+    /// Not needed for correctness (see *Batches*): for a reading that
+    /// includes every sample so far, or before a thread goes quiet.
+    pub fn flush(&self, now: u64) {
+        for lane in self.lanes.all() {
+            if let Some(locked) = lane.try_lock() {
+                self.publish(&locked, now);
+            }
+        }
     }
 
     /// What [`start`](Self::start) would decide for an idempotent request
@@ -242,15 +327,17 @@ impl<B: HedgeBudget, const T: usize, M: IndexMapping + FromRelativeAccuracy> Sha
         self.delay_at(target, now).map(|(d, _)| d)
     }
 
-    /// What the hedger has done so far, summed over its counter stripes.
+    /// What the hedger has done so far, summed over the threads' lanes.
+    /// Samples count when recorded, published or not.
     pub fn stats(&self) -> HedgeStats {
         HedgeStats {
             leases_expired: self.in_flight.expired(),
-            ..self.stats.snapshot()
+            ..self.lanes.snapshot()
         }
     }
 
-    /// The budget's own counters.
+    /// The budget's own counters (deposits still in a lane not counted:
+    /// see [`flush`](Self::flush)).
     pub fn budget_stats(&self) -> BudgetStats {
         self.budget.stats()
     }
@@ -270,6 +357,18 @@ impl<B: HedgeBudget, const T: usize, M: IndexMapping + FromRelativeAccuracy> Sha
     /// The number of targets with a window of their own: `T`.
     pub fn targets(&self) -> usize {
         T
+    }
+
+    /// The machine's view of this hedger from `lane`.
+    #[inline(always)]
+    fn on<'a>(&'a self, lane: &'a Lane) -> Here<'a, B, T, M> {
+        Here { hedger: self, lane }
+    }
+
+    /// The machine's view of this hedger from this thread's lane.
+    #[inline(always)]
+    fn here(&self) -> Here<'_, B, T, M> {
+        self.on(self.lanes.mine())
     }
 
     /// The window of `target`: its own, or the single one when `T == 1`.
@@ -310,38 +409,11 @@ impl<B: HedgeBudget, const T: usize, M: IndexMapping + FromRelativeAccuracy> Sha
             .cached_quantile()
             .map(|q| self.config.bound(self.config.scale(q)))
     }
-}
 
-impl<B: HedgeBudget, const T: usize, M: IndexMapping + FromRelativeAccuracy> Core<usize>
-    for &SharedHedger<B, T, M>
-{
+    /// Records one sample in the shared windows now: `target`'s (if it has
+    /// one) and the aggregate. Whether the target's window took it.
     #[inline]
-    fn config(&self) -> &HedgeConfig {
-        &self.config
-    }
-
-    #[inline]
-    fn in_flight_count(&self, now: u64) -> u32 {
-        self.in_flight.count(now)
-    }
-
-    #[inline]
-    fn in_flight_acquire(&mut self, now: u64, cap: Option<u32>) -> bool {
-        self.in_flight.acquire(now, cap)
-    }
-
-    #[inline]
-    fn in_flight_release(&mut self, sent_at: u64) {
-        self.in_flight.release(sent_at);
-    }
-
-    #[inline]
-    fn acquire_token(&mut self, _target: usize, now: u64) -> bool {
-        self.budget.try_acquire(now)
-    }
-
-    #[inline]
-    fn record_sample(&mut self, target: usize, now: u64, elapsed: u64, exact: bool) -> bool {
+    fn record_now(&self, target: usize, now: u64, elapsed: u64, exact: bool) -> bool {
         let p = &self.params;
         match self.window(target) {
             Some(w) => {
@@ -356,13 +428,127 @@ impl<B: HedgeBudget, const T: usize, M: IndexMapping + FromRelativeAccuracy> Cor
         }
     }
 
+    /// Whether a lane holding a sample of `target` at `now` must publish
+    /// now: its batch is full; or it last published `max_wait_ns` or more
+    /// before `now`, so samples come slowly on this thread and none should
+    /// wait; or the clock went back since (publishing now keeps the
+    /// samples' order and lets the window restart its period at once); or
+    /// the windows the sample goes to are not warm yet (warming up is never
+    /// delayed). A thread's events come in time order when their
+    /// timestamps are read as they happen.
+    #[inline]
+    fn due(&self, locked: &Locked<'_>, target: usize, now: u64) -> bool {
+        if locked.len() >= self.batch {
+            return true;
+        }
+        let slow = now
+            .checked_sub(locked.published_at())
+            .is_none_or(|since| since >= self.max_wait_ns);
+        let min = self.config.min_samples;
+        let cold = |w: &AtomicWindow| w.exact_count() < min;
+        slow || self.window(target).is_none_or(cold) || (T > 1 && cold(&self.aggregate))
+    }
+
+    /// Publishes a lane: its samples to the windows, in the order they
+    /// came, and its deposits to the budget at `now`.
+    fn publish(&self, locked: &Locked<'_>, now: u64) {
+        for s in locked.drain(now) {
+            if !self.record_now(s.target, s.at, s.elapsed, s.exact) {
+                // Counted as recorded when it was buffered.
+                let lane = locked.lane();
+                lane.unbump(if s.exact {
+                    Stat::Samples
+                } else {
+                    Stat::CensoredSamples
+                });
+                lane.bump(Stat::SamplesRefused);
+            }
+        }
+        self.deposit(now, locked.take_deposits());
+    }
+
+    /// Deposits `n` requests in the budget at `now`.
+    fn deposit(&self, now: u64, mut n: u64) {
+        while n > 0 {
+            let chunk = u32::try_from(n).unwrap_or(u32::MAX);
+            self.budget.on_requests(now, chunk);
+            n = n.saturating_sub(u64::from(chunk));
+        }
+    }
+}
+
+/// The shared hedger as the state machine sees it from one thread: the
+/// shared state, and the thread's lane for its counters and samples.
+struct Here<'a, B: HedgeBudget, const T: usize, M: IndexMapping> {
+    hedger: &'a SharedHedger<B, T, M>,
+    lane: &'a Lane,
+}
+
+impl<B: HedgeBudget, const T: usize, M: IndexMapping> Core<usize> for Here<'_, B, T, M> {
+    #[inline]
+    fn config(&self) -> &HedgeConfig {
+        &self.hedger.config
+    }
+
+    #[inline]
+    fn in_flight_count(&self, now: u64) -> u32 {
+        self.hedger.in_flight.count(now)
+    }
+
+    #[inline]
+    fn in_flight_acquire(&mut self, now: u64, cap: Option<u32>) -> bool {
+        self.hedger.in_flight.acquire(now, cap)
+    }
+
+    #[inline]
+    fn in_flight_release(&mut self, sent_at: u64) {
+        self.hedger.in_flight.release(sent_at);
+    }
+
+    #[inline]
+    fn acquire_token(&mut self, _target: usize, now: u64) -> bool {
+        let h = self.hedger;
+        if h.batch > 1 {
+            // This thread's own requests count before it hedges.
+            if let Some(locked) = self.lane.try_lock() {
+                h.deposit(now, locked.take_deposits());
+            }
+        }
+        h.budget.try_acquire(now)
+    }
+
+    #[inline]
+    fn record_sample(&mut self, target: usize, now: u64, elapsed: u64, exact: bool) -> bool {
+        let h = self.hedger;
+        if h.batch > 1 {
+            if let Some(locked) = self.lane.try_lock() {
+                let sample = Sample {
+                    at: now,
+                    elapsed,
+                    target: target.min(T),
+                    exact,
+                };
+                if locked.push(sample) {
+                    if h.due(&locked, target, now) {
+                        h.publish(&locked, now);
+                    }
+                    return true;
+                }
+                // Full (a batch is at most the lane's size: not reached).
+                h.publish(&locked, now);
+            }
+        }
+        // No batching, or the lane is another thread's at this moment.
+        h.record_now(target, now, elapsed, exact)
+    }
+
     #[inline(always)]
     fn bump(&mut self, stat: Stat) {
-        self.stats.bump(stat);
+        self.lane.bump(stat);
     }
 
     #[inline]
     fn set_current_delay(&mut self, delay_ns: u64) {
-        self.stats.set_current_delay(delay_ns);
+        self.hedger.lanes.set_current_delay(delay_ns);
     }
 }

@@ -260,9 +260,34 @@ impl<M: IndexMapping> Side for View<'_, M> {
             run.get(i.wrapping_sub(first))
                 .map_or(0, |c| u64::from(c.load(Ordering::Relaxed)))
         };
+        // Two `u32` counts cannot overflow a `u64`.
+        let both = |i: usize| at(a, alo, i).wrapping_add(at(b, blo, i));
+        let total = self
+            .count()
+            .saturating_add(other.count())
+            .saturating_sub(zeros);
+        if rank >= total {
+            // Counted but not yet in the buckets (a racing writer).
+            return Some(Answer::Largest);
+        }
+        if rank >= total / 2 {
+            // From the top, for the upper half (the hedge delay's p90 is 10
+            // % of the walk): the first bucket from the top at which the
+            // samples at or above it reach `total − rank` is the first one
+            // from the bottom whose samples at or below it pass `rank`.
+            let mut need = total.saturating_sub(rank);
+            for i in (lo..end).rev() {
+                let c = both(i);
+                if c >= need {
+                    return Some(Answer::Key(self.key(i)));
+                }
+                need = need.wrapping_sub(c);
+            }
+            // Counted but not yet in the buckets (a racing writer).
+            return Some(Answer::Largest);
+        }
         for i in lo..end {
-            // Two `u32` counts cannot overflow a `u64`.
-            let c = at(a, alo, i).wrapping_add(at(b, blo, i));
+            let c = both(i);
             if c > rank {
                 return Some(Answer::Key(self.key(i)));
             }

@@ -1,0 +1,343 @@
+//! Per-thread lanes: what a thread's requests add to the shared hedger,
+//! gathered on cache lines of the thread's own and published in batches.
+//!
+//! Every request bumps counters, deposits into the budget and records a
+//! sample. Done on the shared state directly, each of those writes a cache
+//! line that the other cores then have to fetch back: with two threads
+//! sending requests, the lines of the budget, of the window's counts and of
+//! its busiest buckets travel between cores on every request. A lane keeps
+//! a thread's counters, its not yet deposited requests and its last
+//! samples on lines that only that thread writes; the thread publishes
+//! them together, `batch` samples at a time (see
+//! [`SharedHedger::with_batch`](super::SharedHedger::with_batch)), so the
+//! shared lines travel once a batch instead of once a request.
+//!
+//! # Which lane
+//! A thread is known by the address of its stack (no thread ids in
+//! `no_std`): its *marker* is that address at megabyte granularity, stable
+//! within a thread and different for threads whose stacks are a megabyte or
+//! more apart, as those of OS threads are. A thread takes the first lane,
+//! from one its marker hashes to, that is its own or free, and keeps it.
+//! With more threads than lanes, later threads share: it stays exact, only
+//! the lines travel again. A lane's buffer is guarded by a try-lock, so two
+//! threads sharing a lane never wait for each other: the one that finds it
+//! taken records its sample directly in the shared windows.
+
+use crate::hedge::machine::Stat;
+use crate::hedge::HedgeStats;
+use crate::sync::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+
+/// Lanes of a shared hedger.
+pub(crate) const LANES: usize = 8;
+
+/// The most samples a lane holds.
+pub(crate) const LANE_SAMPLES: usize = 16;
+
+/// Counters a lane holds: every [`Stat`] and the requests.
+const COUNTERS: usize = 15;
+
+/// The index of "requests started" (the [`Stat`]s come first).
+const REQUESTS: usize = COUNTERS - 1;
+
+// Every `Stat` has a counter before `REQUESTS`.
+const _: () = assert!(Stat::ClockAnomalies as usize + 1 == REQUESTS);
+
+/// A sample waiting in a lane.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Sample {
+    /// When it was recorded (the caller's timestamp of the event).
+    pub(crate) at: u64,
+    pub(crate) elapsed: u64,
+    pub(crate) target: usize,
+    pub(crate) exact: bool,
+}
+
+/// One buffered sample's words (written and read under the lane's lock).
+#[derive(Debug)]
+struct Slot {
+    at: AtomicU64,
+    elapsed: AtomicU64,
+    /// `target << 1 | exact`.
+    meta: AtomicUsize,
+}
+
+/// One thread's lane, alone on its cache lines (aligned to 128 bytes:
+/// adjacent-line prefetchers pair 64-byte lines).
+#[derive(Debug)]
+#[repr(align(128))]
+pub(crate) struct Lane {
+    /// The marker of the thread that uses the lane; 0 while free.
+    owner: AtomicUsize,
+    /// The buffer's try-lock.
+    busy: AtomicBool,
+    /// Samples buffered (under `busy`).
+    len: AtomicUsize,
+    /// Requests counted whose deposits the budget has (under `busy`).
+    deposited: AtomicU64,
+    /// When the lane last published (under `busy`).
+    published_at: AtomicU64,
+    counters: [AtomicU64; COUNTERS],
+    slots: [Slot; LANE_SAMPLES],
+}
+
+impl Lane {
+    fn new() -> Self {
+        Self {
+            owner: AtomicUsize::new(0),
+            busy: AtomicBool::new(false),
+            len: AtomicUsize::new(0),
+            deposited: AtomicU64::new(0),
+            published_at: AtomicU64::new(0),
+            counters: core::array::from_fn(|_| AtomicU64::new(0)),
+            slots: core::array::from_fn(|_| Slot {
+                at: AtomicU64::new(0),
+                elapsed: AtomicU64::new(0),
+                meta: AtomicUsize::new(0),
+            }),
+        }
+    }
+
+    #[inline(always)]
+    fn add(&self, index: usize) {
+        if let Some(counter) = self.counters.get(index) {
+            // Cannot overflow: 2⁶⁴ events at 10⁹ a second take 584 years.
+            counter.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Counts `stat`.
+    #[inline(always)]
+    pub(crate) fn bump(&self, stat: Stat) {
+        self.add(stat as usize);
+    }
+
+    /// Takes back one count of `stat` (a sample counted when buffered and
+    /// refused when published).
+    pub(crate) fn unbump(&self, stat: Stat) {
+        if let Some(counter) = self.counters.get(stat as usize) {
+            let _ =
+                counter.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |c| c.checked_sub(1));
+        }
+    }
+
+    /// Counts a request started; returns the requests counted on this lane
+    /// whose deposits the budget does not have yet, this one included.
+    #[inline(always)]
+    pub(crate) fn request(&self) -> u64 {
+        let before = self
+            .counters
+            .get(REQUESTS)
+            .map_or(0, |c| c.fetch_add(1, Ordering::Relaxed));
+        // `deposited` never passes the count it was read from.
+        before
+            .wrapping_add(1)
+            .wrapping_sub(self.deposited.load(Ordering::Relaxed))
+    }
+
+    /// The lane's buffer, unless another thread holds it.
+    #[inline]
+    pub(crate) fn try_lock(&self) -> Option<Locked<'_>> {
+        self.busy
+            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok()
+            .then_some(Locked { lane: self })
+    }
+}
+
+/// A lane's buffer, held: unlocked when dropped.
+#[derive(Debug)]
+pub(crate) struct Locked<'a> {
+    lane: &'a Lane,
+}
+
+impl Drop for Locked<'_> {
+    #[inline]
+    fn drop(&mut self) {
+        self.lane.busy.store(false, Ordering::Release);
+    }
+}
+
+impl Locked<'_> {
+    /// The lane (for its counters).
+    #[inline]
+    pub(crate) fn lane(&self) -> &Lane {
+        self.lane
+    }
+
+    /// Samples buffered.
+    #[inline]
+    pub(crate) fn len(&self) -> usize {
+        self.lane.len.load(Ordering::Relaxed)
+    }
+
+    /// When the lane last published (the timestamp it published at).
+    #[inline]
+    pub(crate) fn published_at(&self) -> u64 {
+        self.lane.published_at.load(Ordering::Relaxed)
+    }
+
+    /// Buffers `sample`; `false` (nothing buffered) when full.
+    #[inline]
+    pub(crate) fn push(&self, sample: Sample) -> bool {
+        let len = self.len();
+        let Some(slot) = self.lane.slots.get(len) else {
+            return false;
+        };
+        slot.at.store(sample.at, Ordering::Relaxed);
+        slot.elapsed.store(sample.elapsed, Ordering::Relaxed);
+        let meta = sample.target.wrapping_shl(1) | usize::from(sample.exact);
+        slot.meta.store(meta, Ordering::Relaxed);
+        // At most `LANE_SAMPLES`.
+        self.lane.len.store(len.wrapping_add(1), Ordering::Relaxed);
+        true
+    }
+
+    /// The buffered samples, oldest first, leaving the buffer empty: the
+    /// lane publishes at `now`.
+    pub(crate) fn drain(&self, now: u64) -> impl Iterator<Item = Sample> + '_ {
+        self.lane.published_at.store(now, Ordering::Relaxed);
+        let len = self.lane.len.swap(0, Ordering::Relaxed);
+        self.lane.slots.iter().take(len).map(|s| {
+            let meta = s.meta.load(Ordering::Relaxed);
+            Sample {
+                at: s.at.load(Ordering::Relaxed),
+                elapsed: s.elapsed.load(Ordering::Relaxed),
+                target: meta >> 1,
+                exact: meta & 1 == 1,
+            }
+        })
+    }
+
+    /// The requests counted on this lane whose deposits the budget does
+    /// not have yet, now taken to be deposited.
+    pub(crate) fn take_deposits(&self) -> u64 {
+        let counted = self
+            .lane
+            .counters
+            .get(REQUESTS)
+            .map_or(0, |c| c.load(Ordering::Relaxed));
+        let before = self.lane.deposited.swap(counted, Ordering::Relaxed);
+        counted.wrapping_sub(before)
+    }
+}
+
+/// This thread's marker: its stack's address at megabyte granularity,
+/// never 0.
+#[inline(always)]
+fn marker() -> usize {
+    let here = 0u8;
+    (core::ptr::addr_of!(here).addr() >> 20) | 1
+}
+
+/// The lane a marker tries first (Fibonacci hashing).
+#[inline(always)]
+fn home(marker: usize) -> usize {
+    // Truncation intended: the multiplier's low bits, on 32-bit targets.
+    #[allow(clippy::cast_possible_truncation)]
+    let golden = 0x9E37_79B9_7F4A_7C15_u64 as usize;
+    (marker.wrapping_mul(golden) >> (usize::BITS - 3)) % LANES
+}
+
+/// Every lane of a shared hedger, and the one value counters cannot hold.
+#[derive(Debug)]
+pub(crate) struct Lanes {
+    lanes: [Lane; LANES],
+    /// The latest timer delay plus one, saturating; 0 for none.
+    current_delay: AtomicU64,
+}
+
+impl Lanes {
+    pub(crate) fn new() -> Self {
+        Self {
+            lanes: core::array::from_fn(|_| Lane::new()),
+            current_delay: AtomicU64::new(0),
+        }
+    }
+
+    /// This thread's lane.
+    #[inline(always)]
+    pub(crate) fn mine(&self) -> &Lane {
+        let me = marker();
+        let start = home(me);
+        match self.lanes.get(start) {
+            Some(lane) if lane.owner.load(Ordering::Relaxed) == me => lane,
+            _ => self.claim(me, start),
+        }
+    }
+
+    /// The first lane from `start` that is `me`'s or free (taken for `me`);
+    /// with none, `start`'s, shared.
+    #[cold]
+    #[inline(never)]
+    fn claim(&self, me: usize, start: usize) -> &Lane {
+        for i in 0..LANES {
+            let Some(lane) = self.lanes.get(start.wrapping_add(i) % LANES) else {
+                continue;
+            };
+            let owner = lane.owner.load(Ordering::Relaxed);
+            if owner == me
+                || (owner == 0
+                    && lane
+                        .owner
+                        .compare_exchange(0, me, Ordering::Relaxed, Ordering::Relaxed)
+                        .is_ok())
+            {
+                return lane;
+            }
+        }
+        // Every lane is some other thread's: share the home lane.
+        let [first, ..] = &self.lanes;
+        self.lanes.get(start % LANES).unwrap_or(first)
+    }
+
+    /// Every lane.
+    pub(crate) fn all(&self) -> &[Lane; LANES] {
+        &self.lanes
+    }
+
+    #[inline]
+    pub(crate) fn set_current_delay(&self, delay_ns: u64) {
+        let encoded = delay_ns.saturating_add(1);
+        // Most requests get the delay the last one got: no write then.
+        if self.current_delay.load(Ordering::Relaxed) != encoded {
+            self.current_delay.store(encoded, Ordering::Relaxed);
+        }
+    }
+
+    fn sum(&self, index: usize) -> u64 {
+        self.lanes.iter().fold(0u64, |sum, lane| {
+            sum.saturating_add(
+                lane.counters
+                    .get(index)
+                    .map_or(0, |c| c.load(Ordering::Relaxed)),
+            )
+        })
+    }
+
+    /// The counters summed over the lanes (each exact; a read racing with
+    /// events may see some of an event's counters and not others).
+    pub(crate) fn snapshot(&self) -> HedgeStats {
+        let s = |stat: Stat| self.sum(stat as usize);
+        HedgeStats {
+            requests: self.sum(REQUESTS),
+            hedges_sent: s(Stat::HedgesSent),
+            retries_released: s(Stat::RetriesReleased),
+            hedge_wins: s(Stat::HedgeWins),
+            primary_wins: s(Stat::PrimaryWins),
+            budget_denials: s(Stat::BudgetDenials),
+            cold_starts: s(Stat::ColdStarts),
+            aggregate_delays: s(Stat::AggregateDelays),
+            not_idempotent: s(Stat::NotIdempotent),
+            in_flight_limited: s(Stat::InFlightLimited),
+            leases_expired: 0,
+            gave_up: s(Stat::GaveUp),
+            samples: s(Stat::Samples),
+            censored_samples: s(Stat::CensoredSamples),
+            samples_refused: s(Stat::SamplesRefused),
+            clock_anomalies: s(Stat::ClockAnomalies),
+            evictions: 0,
+            // A delay of `u64::MAX` reads as `u64::MAX − 1`.
+            current_delay_ns: self.current_delay.load(Ordering::Relaxed).checked_sub(1),
+        }
+    }
+}
