@@ -40,7 +40,7 @@ const NS_PER_SEC: u64 = 1_000_000_000;
 pub struct TokenBucket {
     /// Theoretical arrival time, in caller nanoseconds.
     tat: AtomicU64,
-    /// Newest timestamp given to `try_acquire`; only feeds `stats`.
+    /// The latest timestamp given to `try_acquire`; only feeds `stats`.
     seen: AtomicU64,
     counters: Counters,
     /// Nanoseconds per token (≥ 1).
@@ -187,10 +187,8 @@ impl HedgeBudget for TokenBucket {
 
     #[inline]
     fn try_acquire(&self, now_ns: u64) -> bool {
-        // Stats only: a racy "max" is fine, grants never read it.
-        if now_ns > self.seen.load(Ordering::Relaxed) {
-            self.seen.store(now_ns, Ordering::Relaxed);
-        }
+        // Stats only (grants never read it): the latest timestamp, one store.
+        self.seen.store(now_ns, Ordering::Relaxed);
         if self.take(now_ns) {
             self.counters.grant();
             true

@@ -17,8 +17,10 @@
 //! `no_std`): its *marker* is that address at megabyte granularity, stable
 //! within a thread and different for threads whose stacks are a megabyte or
 //! more apart, as those of OS threads are. A thread takes the first lane,
-//! from one its marker hashes to, that is its own or free, and keeps it.
-//! With more threads than lanes, later threads share: it stays exact, only
+//! from one its marker hashes to, that is its own or free, and keeps it;
+//! with every lane taken, it takes over the one claimed longest ago, so
+//! that threads that ended (a pool that replaces its threads) leave their
+//! lanes to new ones. More threads than lanes share: it stays exact, only
 //! the lines travel again. A lane's buffer is guarded by a try-lock, so two
 //! threads sharing a lane never wait for each other: the one that finds it
 //! taken records its sample directly in the shared windows.
@@ -68,6 +70,8 @@ struct Slot {
 pub(crate) struct Lane {
     /// The marker of the thread that uses the lane; 0 while free.
     owner: AtomicUsize,
+    /// When it was claimed, in claims of the hedger's lanes (0: never).
+    claimed: AtomicU64,
     /// The buffer's try-lock.
     busy: AtomicBool,
     /// Samples buffered (under `busy`).
@@ -84,6 +88,7 @@ impl Lane {
     fn new() -> Self {
         Self {
             owner: AtomicUsize::new(0),
+            claimed: AtomicU64::new(0),
             busy: AtomicBool::new(false),
             len: AtomicUsize::new(0),
             deposited: AtomicU64::new(0),
@@ -242,6 +247,8 @@ fn home(marker: usize) -> usize {
 #[derive(Debug)]
 pub(crate) struct Lanes {
     lanes: [Lane; LANES],
+    /// Lanes claimed so far.
+    claims: AtomicU64,
     /// The latest timer delay plus one, saturating; 0 for none.
     current_delay: AtomicU64,
 }
@@ -250,44 +257,63 @@ impl Lanes {
     pub(crate) fn new() -> Self {
         Self {
             lanes: core::array::from_fn(|_| Lane::new()),
+            claims: AtomicU64::new(0),
             current_delay: AtomicU64::new(0),
         }
     }
 
-    /// This thread's lane.
+    /// This thread's lane: the first from the one its marker hashes to
+    /// that is its own; else the first free one there, claimed; else the
+    /// one claimed longest ago (its thread may be gone), taken over.
     #[inline(always)]
     pub(crate) fn mine(&self) -> &Lane {
         let me = marker();
         let start = home(me);
         match self.lanes.get(start) {
             Some(lane) if lane.owner.load(Ordering::Relaxed) == me => lane,
-            _ => self.claim(me, start),
+            _ => self.find(me, start),
         }
     }
 
-    /// The first lane from `start` that is `me`'s or free (taken for `me`);
-    /// with none, `start`'s, shared.
+    /// [`mine`](Self::mine) past the home lane.
     #[cold]
     #[inline(never)]
-    fn claim(&self, me: usize, start: usize) -> &Lane {
+    fn find(&self, me: usize, start: usize) -> &Lane {
         for i in 0..LANES {
             let Some(lane) = self.lanes.get(start.wrapping_add(i) % LANES) else {
                 continue;
             };
-            let owner = lane.owner.load(Ordering::Relaxed);
-            if owner == me
-                || (owner == 0
-                    && lane
-                        .owner
-                        .compare_exchange(0, me, Ordering::Relaxed, Ordering::Relaxed)
-                        .is_ok())
-            {
-                return lane;
+            match lane.owner.load(Ordering::Relaxed) {
+                owner if owner == me => return lane,
+                0 if lane
+                    .owner
+                    .compare_exchange(0, me, Ordering::Relaxed, Ordering::Relaxed)
+                    .is_ok() =>
+                {
+                    self.claimed(lane);
+                    return lane;
+                }
+                _ => {}
             }
         }
-        // Every lane is some other thread's: share the home lane.
+        // Every lane is another thread's: take over the one claimed longest
+        // ago. A thread still using it shares it (exact, only slower) or
+        // takes another; a thread that ended leaves it to this one.
         let [first, ..] = &self.lanes;
-        self.lanes.get(start % LANES).unwrap_or(first)
+        let oldest = self
+            .lanes
+            .iter()
+            .min_by_key(|l| l.claimed.load(Ordering::Relaxed))
+            .unwrap_or(first);
+        oldest.owner.store(me, Ordering::Relaxed);
+        self.claimed(oldest);
+        oldest
+    }
+
+    /// Notes that `lane` was just claimed.
+    fn claimed(&self, lane: &Lane) {
+        let n = self.claims.fetch_add(1, Ordering::Relaxed);
+        lane.claimed.store(n.wrapping_add(1), Ordering::Relaxed);
     }
 
     /// Every lane.
