@@ -45,13 +45,27 @@ const REQUESTS: usize = COUNTERS - 1;
 const _: () = assert!(Stat::ClockAnomalies as usize + 1 == REQUESTS);
 
 /// A sample waiting in a lane.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Sample {
     /// When it was recorded (the caller's timestamp of the event).
     pub(crate) at: u64,
     pub(crate) elapsed: u64,
     pub(crate) target: usize,
     pub(crate) exact: bool,
+}
+
+/// A lane's samples, taken out to publish.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Batch {
+    samples: [Sample; LANE_SAMPLES],
+    len: usize,
+}
+
+impl Batch {
+    /// The samples, oldest first.
+    pub(crate) fn samples(&self) -> &[Sample] {
+        self.samples.get(..self.len).unwrap_or(&[])
+    }
 }
 
 /// One buffered sample's words (written and read under the lane's lock).
@@ -199,18 +213,28 @@ impl Locked<'_> {
 
     /// The buffered samples, oldest first, leaving the buffer empty: the
     /// lane publishes at `now`.
-    pub(crate) fn drain(&self, now: u64) -> impl Iterator<Item = Sample> + '_ {
+    pub(crate) fn drain(&self, now: u64) -> Batch {
         self.lane.published_at.store(now, Ordering::Relaxed);
         let len = self.lane.len.swap(0, Ordering::Relaxed);
-        self.lane.slots.iter().take(len).map(|s| {
-            let meta = s.meta.load(Ordering::Relaxed);
-            Sample {
-                at: s.at.load(Ordering::Relaxed),
-                elapsed: s.elapsed.load(Ordering::Relaxed),
+        let mut batch = Batch {
+            samples: [Sample::default(); LANE_SAMPLES],
+            len: 0,
+        };
+        for (to, from) in batch
+            .samples
+            .iter_mut()
+            .zip(self.lane.slots.iter().take(len))
+        {
+            let meta = from.meta.load(Ordering::Relaxed);
+            *to = Sample {
+                at: from.at.load(Ordering::Relaxed),
+                elapsed: from.elapsed.load(Ordering::Relaxed),
                 target: meta >> 1,
                 exact: meta & 1 == 1,
-            }
-        })
+            };
+        }
+        batch.len = len.min(LANE_SAMPLES);
+        batch
     }
 
     /// The requests counted on this lane whose deposits the budget does

@@ -450,19 +450,52 @@ impl<B: HedgeBudget, const T: usize, M: IndexMapping> SharedHedger<B, T, M> {
     }
 
     /// Publishes a lane: its samples to the windows, in the order they
-    /// came, and its deposits to the budget at `now`.
+    /// came (each window gets its own in one batch), and its deposits to
+    /// the budget at `now`.
     fn publish(&self, locked: &Locked<'_>, now: u64) {
-        for s in locked.drain(now) {
-            if !self.record_now(s.target, s.at, s.elapsed, s.exact) {
-                // Counted as recorded when it was buffered.
-                let lane = locked.lane();
-                lane.unbump(if s.exact {
-                    Stat::Samples
-                } else {
-                    Stat::CensoredSamples
-                });
-                lane.bump(Stat::SamplesRefused);
+        let taken = locked.drain(now);
+        let batch = taken.samples();
+        let lane = locked.lane();
+        // Counted as recorded when it was buffered.
+        let refused = |exact: bool| {
+            lane.unbump(if exact {
+                Stat::Samples
+            } else {
+                Stat::CensoredSamples
+            });
+            lane.bump(Stat::SamplesRefused);
+        };
+        let p = &self.params;
+        let of = |target: usize| {
+            batch
+                .iter()
+                .filter(move |s| s.target == target)
+                .map(|s| (s.at, s.elapsed, s.exact))
+        };
+        let all = || batch.iter().map(|s| (s.at, s.elapsed, s.exact));
+        if T == 1 {
+            // The single window takes every target.
+            if let Some(w) = self.windows.first() {
+                w.record_batch(p, all(), |_, exact| refused(exact));
             }
+        } else {
+            // Each target's window its samples (targets in the order they
+            // first come), then the aggregate all of them; a sample refused
+            // by the window of its target, or by the aggregate when it has
+            // none, is refused.
+            for (i, s) in batch.iter().enumerate() {
+                let first = batch
+                    .get(..i)
+                    .is_some_and(|before| before.iter().all(|b| b.target != s.target));
+                if let (true, Some(w)) = (first, self.windows.get(s.target)) {
+                    w.record_batch(p, of(s.target), |_, exact| refused(exact));
+                }
+            }
+            self.aggregate.record_batch(p, all(), |i, exact| {
+                if batch.get(i).is_some_and(|s| s.target >= T) {
+                    refused(exact);
+                }
+            });
         }
         self.deposit(now, locked.take_deposits());
     }

@@ -171,6 +171,48 @@ impl AtomicSide {
         true
     }
 
+    /// The bucket part of [`add`](Self::add): `Some(slot)` for a sample
+    /// counted in bucket `slot`, `Some(None)` for one of the zero bucket
+    /// (not counted yet), `None` if its bucket is full. The rest of `add`
+    /// waits in a [`Pending`].
+    #[inline]
+    fn add_to_bucket<M: IndexMapping>(&self, p: &Params<M>, value: u64) -> Option<Option<usize>> {
+        let Some(key) = p.mapping.index_u64(value) else {
+            return Some(None);
+        };
+        let slot = p.slot(key);
+        if let Some(bucket) = self.buckets.get(slot) {
+            if bucket.fetch_add(1, Ordering::Relaxed) >= BUCKET_LIMIT {
+                bucket.fetch_sub(1, Ordering::Relaxed);
+                return None;
+            }
+        }
+        Some(Some(slot))
+    }
+
+    /// Adds what `pending` gathered: counts, zero samples, ends.
+    fn apply(&self, pending: &Pending) {
+        if pending.count == 0 {
+            return;
+        }
+        if pending.zero > 0 {
+            self.zero.fetch_add(pending.zero, Ordering::Relaxed);
+        }
+        if pending.lo < self.lo.load(Ordering::Relaxed) {
+            self.lo.fetch_min(pending.lo, Ordering::Relaxed);
+        }
+        if pending.hi > self.hi.load(Ordering::Relaxed) && pending.lo <= pending.hi {
+            self.hi.fetch_max(pending.hi, Ordering::Relaxed);
+        }
+        self.count.fetch_add(pending.count, Ordering::Relaxed);
+        if pending.min < self.min.load(Ordering::Relaxed) {
+            self.min.fetch_min(pending.min, Ordering::Relaxed);
+        }
+        if pending.max > self.max.load(Ordering::Relaxed) && pending.min <= pending.max {
+            self.max.fetch_max(pending.max, Ordering::Relaxed);
+        }
+    }
+
     fn clear(&self) {
         for b in &self.buckets {
             b.store(0, Ordering::Relaxed);
@@ -196,6 +238,47 @@ impl AtomicSide {
             .fold(self.zero.load(Ordering::Relaxed), |sum, b| {
                 sum.saturating_add(u64::from(b.load(Ordering::Relaxed)))
             })
+    }
+}
+
+/// What a batch has added to one side and not yet to its counts and ends.
+#[derive(Clone, Copy, Debug)]
+struct Pending {
+    count: u64,
+    zero: u64,
+    lo: usize,
+    hi: usize,
+    min: u64,
+    max: u64,
+}
+
+impl Pending {
+    const NONE: Self = Self {
+        count: 0,
+        zero: 0,
+        lo: BUCKETS,
+        hi: 0,
+        min: u64::MAX,
+        max: 0,
+    };
+
+    /// Notes a sample of `value` counted in bucket `slot` (`None`: the zero
+    /// bucket); its extremes only for the exact side.
+    #[inline]
+    fn note(&mut self, slot: Option<usize>, value: u64, extremes: bool) {
+        // At most a batch: no overflow.
+        self.count = self.count.wrapping_add(1);
+        match slot {
+            Some(slot) => {
+                self.lo = self.lo.min(slot);
+                self.hi = self.hi.max(slot);
+            }
+            None => self.zero = self.zero.wrapping_add(1),
+        }
+        if extremes {
+            self.min = self.min.min(value);
+            self.max = self.max.max(value);
+        }
     }
 }
 
@@ -446,18 +529,109 @@ impl AtomicWindow {
             return false;
         }
         if current.count() >= self.next_check.load(Ordering::Relaxed) {
-            self.try_locked(|| {
-                // Another thread may have rotated or refreshed since.
-                let (current, _) = self.halves();
-                let n = current.count();
-                if n >= p.rotation.max_samples {
-                    self.rotate(p, now);
-                } else if n >= self.next_check.load(Ordering::Relaxed) {
-                    self.refresh(p);
-                }
-            });
+            self.check(p, now);
         }
         true
+    }
+
+    /// Records `samples` (timestamp, elapsed, exact) in order, exactly as
+    /// [`record`](Self::record) one by one would, calling `refused` with
+    /// the position and kind of each whose bucket is full. Between the samples that change the
+    /// window's time or trigger a rotation or refresh, the window's state
+    /// stays in locals: the latest timestamps are stored once, counts and
+    /// ends added once, and only the buckets are written per sample. Such
+    /// a sample publishes what is gathered and takes `record`'s own path.
+    pub(crate) fn record_batch<M: IndexMapping>(
+        &self,
+        p: &Params<M>,
+        samples: impl IntoIterator<Item = (u64, u64, bool)>,
+        mut refused: impl FnMut(usize, bool),
+    ) {
+        let period = p.rotation.period_ns;
+        let idle = period.saturating_mul(2);
+        let mut samples = samples.into_iter().enumerate();
+        'batch: while self.started.load(Ordering::Acquire) {
+            // The window as of now, in locals.
+            let generation = self.generation.load(Ordering::Acquire);
+            let [r0, r1] = &self.recent.0;
+            let (mut older, mut last) = (r0.load(Ordering::Relaxed), r1.load(Ordering::Relaxed));
+            let (stored_older, stored_last) = (older, last);
+            let start = self.start.load(Ordering::Relaxed);
+            let (current, _) = self.halves();
+            let next_check = self.next_check.load(Ordering::Relaxed);
+            let mut exact_count = current.exact.count();
+            let mut count = exact_count.saturating_add(current.censored.count());
+            let mut pending = [Pending::NONE; 2];
+            let publish = |pending: &[Pending; 2], older: u64, last: u64| {
+                let [e, c] = pending;
+                current.exact.apply(e);
+                current.censored.apply(c);
+                if (older, last) != (stored_older, stored_last) {
+                    self.set_recent(older, last);
+                }
+            };
+            for (i, (now, elapsed, exact)) in samples.by_ref() {
+                let gap = now.saturating_sub(older.max(last));
+                let event = gap >= idle
+                    || now < start
+                    || (now.saturating_sub(start) >= period
+                        && exact_count >= p.rotation.min_samples)
+                    || self.generation.load(Ordering::Relaxed) != generation;
+                if event {
+                    // Time moves the window (or another thread did): as one
+                    // `record`, on the window's stored state.
+                    publish(&pending, older, last);
+                    if !self.record(p, now, elapsed, exact) {
+                        refused(i, exact);
+                    }
+                    continue 'batch;
+                }
+                if now != last {
+                    (older, last) = (last, now);
+                }
+                let (side, gathered) = match (exact, &mut pending) {
+                    (true, [e, _]) => (&current.exact, e),
+                    (false, [_, c]) => (&current.censored, c),
+                };
+                let Some(slot) = side.add_to_bucket(p, elapsed) else {
+                    refused(i, exact);
+                    continue;
+                };
+                gathered.note(slot, elapsed, exact);
+                // At most the samples of a batch more: no overflow.
+                count = count.wrapping_add(1);
+                exact_count = exact_count.wrapping_add(u64::from(exact));
+                if count >= next_check {
+                    publish(&pending, older, last);
+                    self.check(p, now);
+                    continue 'batch;
+                }
+            }
+            publish(&pending, older, last);
+            return;
+        }
+        // Not started: the first sample starts the window.
+        for (i, (now, elapsed, exact)) in samples {
+            if !self.record(p, now, elapsed, exact) {
+                refused(i, exact);
+            }
+        }
+    }
+
+    /// The current half reached `next_check`: rotate on count, or refresh
+    /// (unless another thread does it, or did).
+    #[inline]
+    fn check<M: IndexMapping>(&self, p: &Params<M>, now: u64) {
+        self.try_locked(|| {
+            // Another thread may have rotated or refreshed since.
+            let (current, _) = self.halves();
+            let n = current.count();
+            if n >= p.rotation.max_samples {
+                self.rotate(p, now);
+            } else if n >= self.next_check.load(Ordering::Relaxed) {
+                self.refresh(p);
+            }
+        });
     }
 
     /// Brings the window to `now`, as `LatencyWindow::advance` does.
