@@ -391,3 +391,112 @@ impl Lanes {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    extern crate std;
+
+    use super::*;
+
+    #[test]
+    fn a_thread_keeps_its_lane_and_threads_get_their_own() {
+        let lanes = Lanes::new();
+        let mine = core::ptr::from_ref(lanes.mine());
+        assert!(core::ptr::eq(mine, lanes.mine()), "stable within a thread");
+        // Threads alive at once (their stacks megabytes apart) get lanes of
+        // their own, up to the number of lanes.
+        let barrier = std::sync::Barrier::new(LANES - 1);
+        let theirs: std::vec::Vec<usize> = std::thread::scope(|s| {
+            let handles: std::vec::Vec<_> = (0..LANES - 1)
+                .map(|_| {
+                    s.spawn(|| {
+                        let lane = core::ptr::from_ref(lanes.mine()).addr();
+                        barrier.wait(); // every thread holds its lane
+                        assert_eq!(core::ptr::from_ref(lanes.mine()).addr(), lane);
+                        lane
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        let mut all = theirs.clone();
+        all.push(mine.addr());
+        all.sort_unstable();
+        all.dedup();
+        assert_eq!(all.len(), LANES, "{theirs:?}");
+    }
+
+    #[test]
+    fn threads_that_ended_leave_their_lanes_to_new_ones() {
+        let lanes = Lanes::new();
+        // Eight threads claim lanes and end.
+        std::thread::scope(|s| {
+            for _ in 0..LANES {
+                s.spawn(|| {
+                    let _ = lanes.mine();
+                });
+            }
+        });
+        // Two new threads at once: each takes over a lane claimed long ago,
+        // not the same one.
+        let barrier = std::sync::Barrier::new(2);
+        let taken: std::vec::Vec<usize> = std::thread::scope(|s| {
+            let handles: std::vec::Vec<_> = (0..2)
+                .map(|_| {
+                    s.spawn(|| {
+                        let lane = core::ptr::from_ref(lanes.mine()).addr();
+                        barrier.wait();
+                        // ...and keeps it while the other runs.
+                        assert_eq!(core::ptr::from_ref(lanes.mine()).addr(), lane);
+                        lane
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        assert_ne!(taken[0], taken[1]);
+    }
+
+    #[test]
+    fn a_lane_is_one_thread_s_at_a_time_and_drains_in_order() {
+        let lanes = Lanes::new();
+        let lane = lanes.mine();
+        let locked = lane.try_lock().unwrap();
+        assert!(lane.try_lock().is_none(), "held");
+        for i in 0..LANE_SAMPLES as u64 {
+            let sample = Sample {
+                at: i,
+                elapsed: 10 * i,
+                target: usize::MAX >> 1,
+                exact: i % 2 == 0,
+            };
+            assert!(locked.push(sample));
+        }
+        assert!(!locked.push(Sample::default()), "full");
+        let batch = locked.drain(99);
+        assert_eq!(locked.published_at(), 99);
+        assert_eq!(locked.len(), 0);
+        for (i, s) in (0..).zip(batch.samples()) {
+            assert_eq!(
+                (s.at, s.elapsed, s.target, s.exact),
+                (i, 10 * i, usize::MAX >> 1, i % 2 == 0)
+            );
+        }
+        drop(locked);
+        assert!(lane.try_lock().is_some(), "released");
+    }
+
+    #[test]
+    fn deposits_are_taken_once() {
+        let lanes = Lanes::new();
+        let lane = lanes.mine();
+        assert_eq!(lane.request(), 1);
+        assert_eq!(lane.request(), 2);
+        let locked = lane.try_lock().unwrap();
+        assert_eq!(locked.take_deposits(), 2);
+        assert_eq!(locked.take_deposits(), 0);
+        drop(locked);
+        assert_eq!(lane.request(), 1);
+        assert_eq!(lanes.snapshot().requests, 3);
+    }
+}
