@@ -243,8 +243,11 @@ pub(crate) fn is_sole_primary<K>(request: &Request<K>, attempt: Attempt) -> bool
 }
 
 /// The commit of the sole primary at `now` (see [`is_sole_primary`]): one
-/// exact sample. Always inlined: it is most requests' whole commit.
-#[inline(always)]
+/// exact sample. Always inlined on 64-bit targets: it is most requests'
+/// whole commit (on 32-bit ones, where flash is scarce, at the compiler's
+/// choice).
+#[cfg_attr(target_pointer_width = "64", inline(always))]
+#[cfg_attr(not(target_pointer_width = "64"), inline)]
 pub(crate) fn commit_sole_primary<K: Copy, C: Core<K>>(
     core: &mut C,
     request: &mut Request<K>,
@@ -328,7 +331,7 @@ fn record<K: Copy, C: Core<K>>(
 
 /// Records the elapsed time of attempt `a` at `now`: exact (the winner's)
 /// or censored.
-#[inline]
+#[inline(always)]
 fn record_one<K: Copy, C: Core<K>>(
     core: &mut C,
     request: &Request<K>,

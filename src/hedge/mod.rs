@@ -325,7 +325,11 @@ impl<K: PartialEq + Copy, B: HedgeBudget, const T: usize, S: Store, M: IndexMapp
     /// Starts a request to `target` at `now`: the caller sends the primary
     /// and arms a timer at [`Request::next_timer`] if it is `Some`.
     /// [`Request::plan`] says what was decided and why.
-    #[inline(always)]
+    // Always inlined on 64-bit targets (the common path's calls cost more
+    // than their code); on 32-bit ones, where flash is scarce, at the
+    // compiler's choice.
+    #[cfg_attr(target_pointer_width = "64", inline(always))]
+    #[cfg_attr(not(target_pointer_width = "64"), inline)]
     pub fn start(&mut self, target: K, now: u64, idempotency: Idempotency) -> Request<K> {
         bump(&mut self.stats.requests);
         let (index, new) = self.entry_inserted(target, now);
@@ -434,7 +438,11 @@ impl<K: PartialEq + Copy, B: HedgeBudget, const T: usize, S: Store, M: IndexMapp
 
     /// Takes a hedge token for a request to `target` at `now`.
     /// `attempt` of `request` gave its commit signal at `now`.
-    #[inline(always)]
+    // Always inlined on 64-bit targets (the common path's calls cost more
+    // than their code); on 32-bit ones, where flash is scarce, at the
+    // compiler's choice.
+    #[cfg_attr(target_pointer_width = "64", inline(always))]
+    #[cfg_attr(not(target_pointer_width = "64"), inline)]
     pub fn on_commit(
         &mut self,
         request: &mut Request<K>,
@@ -546,7 +554,11 @@ impl<K: PartialEq + Copy, B: HedgeBudget, const T: usize, S: Store, M: IndexMapp
     /// Records one sample, exact or censored, in `target`'s window (its
     /// entry made if evicted) and the aggregate: whether the target's
     /// window took it.
-    #[inline(always)]
+    // Always inlined on 64-bit targets (the common path's calls cost more
+    // than their code); on 32-bit ones, where flash is scarce, at the
+    // compiler's choice.
+    #[cfg_attr(target_pointer_width = "64", inline(always))]
+    #[cfg_attr(not(target_pointer_width = "64"), inline)]
     fn record_into<const EXACT: bool>(&mut self, target: K, now: u64, elapsed: u64) -> bool {
         let index = self.entry(target, now);
         let recorded = self.table.get_mut(index).is_some_and(|t| {
@@ -617,7 +629,11 @@ impl<K: PartialEq + Copy, B: HedgeBudget, const T: usize, S: Store, M: IndexMapp
         }
     }
 
-    #[inline(always)]
+    // Always inlined on 64-bit targets (the common path's calls cost more
+    // than their code); on 32-bit ones, where flash is scarce, at the
+    // compiler's choice.
+    #[cfg_attr(target_pointer_width = "64", inline(always))]
+    #[cfg_attr(not(target_pointer_width = "64"), inline)]
     fn record_answer(&mut self, target: K, now: u64, elapsed: u64) -> bool {
         self.record_into::<true>(target, now, elapsed)
     }

@@ -345,6 +345,7 @@ impl<M: IndexMapping, S: Store> LatencyWindow<M, S> {
     ///
     /// # Errors
     /// As [`record`](Self::record).
+    #[inline]
     pub fn record_censored(&mut self, now: u64, elapsed_ns: u64) -> Result<(), SketchError> {
         self.advance(now);
         self.current.censored.add_u64(elapsed_ns)?;
