@@ -16,7 +16,7 @@
 //! * [`hedge::Hedger`]: the per-request state machine — when to hedge,
 //!   whether one may, who won, whom to cancel — and
 //!   [`hedge::SharedHedger`], the same machine on `&self` for every thread
-//!   of a runtime, lock-free;
+//!   of a runtime, without a lock anyone waits for;
 //! * with `std`, `guard::RequestGuard`, a request that gives itself up when
 //!   dropped; with `tower`, `tower::HedgeLayer`, hedging for any
 //!   `tower::Service` on tokio timers.

@@ -103,9 +103,10 @@
 //! samples and rotate windows), reads take `&self`. It is `Send`, and `Sync`
 //! when its budget is. Three ways to use the machine from many threads:
 //! * [`SharedHedger`]: one hedger for every thread, all events on `&self`
-//!   (atomic bucket counters, an atomic in-flight count, striped counters,
-//!   rotation by whichever thread wins a try-lock) — for work-stealing
-//!   runtimes. Targets are indexes `0..T`; see [`shared`];
+//!   (atomic bucket counters, an atomic in-flight count, per-thread lanes
+//!   that publish samples and deposits in batches, rotation by whichever
+//!   thread wins a try-lock) — for work-stealing runtimes. Targets are
+//!   indexes `0..T`; see [`shared`];
 //! * one `Hedger` per worker thread (thread-per-core runtimes, shards),
 //!   sharing one budget by reference — `HedgeBudget` is implemented for
 //!   `&B`, and budgets are lock-free — so the hedge cap holds for the

@@ -353,28 +353,32 @@ impl<M: IndexMapping> Side for View<'_, M> {
             // Counted but not yet in the buckets (a racing writer).
             return Some(Answer::Largest);
         }
-        if rank >= total / 2 {
-            // From the top, for the upper half (the hedge delay's p90 is 10
-            // % of the walk): the first bucket from the top at which the
-            // samples at or above it reach `total − rank` is the first one
-            // from the bottom whose samples at or below it pass `rank`.
-            let mut need = total.saturating_sub(rank);
-            for i in (lo..end).rev() {
-                let c = both(i);
-                if c >= need {
-                    return Some(Answer::Key(self.key(i)));
-                }
-                need = need.wrapping_sub(c);
-            }
-            // Counted but not yet in the buckets (a racing writer).
-            return Some(Answer::Largest);
-        }
-        for i in lo..end {
-            let c = both(i);
+        // From both ends at once, a bucket from each a step: from the
+        // bottom, the first bucket whose samples at or below it pass
+        // `rank`; from the top, the first whose samples at or above it
+        // reach `total − rank` — the same bucket. The walk ends at the
+        // nearer of the two ends (a p90 with a few outliers far above it
+        // is found from the bottom, one with outliers far below from the
+        // top), however far apart the occupied buckets are.
+        let mut need = total.saturating_sub(rank);
+        let (mut up, mut down) = (lo, end);
+        while up < down {
+            let c = both(up);
             if c > rank {
-                return Some(Answer::Key(self.key(i)));
+                return Some(Answer::Key(self.key(up)));
             }
             rank = rank.wrapping_sub(c);
+            up = up.wrapping_add(1);
+            if up >= down {
+                break;
+            }
+            // `down > up ≥ lo`: no wrap.
+            down = down.wrapping_sub(1);
+            let c = both(down);
+            if c >= need {
+                return Some(Answer::Key(self.key(down)));
+            }
+            need = need.wrapping_sub(c);
         }
         Some(Answer::Largest)
     }
@@ -549,38 +553,40 @@ impl AtomicWindow {
     ) {
         let period = p.rotation.period_ns;
         let idle = period.saturating_mul(2);
+        let warm = p.rotation.min_samples;
         let mut samples = samples.into_iter().enumerate();
         'batch: while self.started.load(Ordering::Acquire) {
             // The window as of now, in locals.
             let generation = self.generation.load(Ordering::Acquire);
             let [r0, r1] = &self.recent.0;
             let (mut older, mut last) = (r0.load(Ordering::Relaxed), r1.load(Ordering::Relaxed));
-            let (stored_older, stored_last) = (older, last);
+            let stored = (older, last);
             let start = self.start.load(Ordering::Relaxed);
+            // The sample times at which `advance` would act: an idle gap,
+            // or the period's end once the half holds `min_samples`.
+            let mut idle_at = older.max(last).saturating_add(idle);
+            let rotate_at = start.saturating_add(period);
             let (current, _) = self.halves();
             let next_check = self.next_check.load(Ordering::Relaxed);
             let mut exact_count = current.exact.count();
             let mut count = exact_count.saturating_add(current.censored.count());
-            let mut pending = [Pending::NONE; 2];
-            let publish = |pending: &[Pending; 2], older: u64, last: u64| {
-                let [e, c] = pending;
+            let (mut exact_side, mut censored_side) = (Pending::NONE, Pending::NONE);
+            let publish = |e: &Pending, c: &Pending, older: u64, last: u64| {
                 current.exact.apply(e);
                 current.censored.apply(c);
-                if (older, last) != (stored_older, stored_last) {
+                if (older, last) != stored {
                     self.set_recent(older, last);
                 }
             };
             for (i, (now, elapsed, exact)) in samples.by_ref() {
-                let gap = now.saturating_sub(older.max(last));
-                let event = gap >= idle
+                let event = now >= idle_at
                     || now < start
-                    || (now.saturating_sub(start) >= period
-                        && exact_count >= p.rotation.min_samples)
+                    || (now >= rotate_at && exact_count >= warm)
                     || self.generation.load(Ordering::Relaxed) != generation;
                 if event {
                     // Time moves the window (or another thread did): as one
                     // `record`, on the window's stored state.
-                    publish(&pending, older, last);
+                    publish(&exact_side, &censored_side, older, last);
                     if !self.record(p, now, elapsed, exact) {
                         refused(i, exact);
                     }
@@ -588,10 +594,12 @@ impl AtomicWindow {
                 }
                 if now != last {
                     (older, last) = (last, now);
+                    idle_at = older.max(last).saturating_add(idle);
                 }
-                let (side, gathered) = match (exact, &mut pending) {
-                    (true, [e, _]) => (&current.exact, e),
-                    (false, [_, c]) => (&current.censored, c),
+                let (side, gathered) = if exact {
+                    (&current.exact, &mut exact_side)
+                } else {
+                    (&current.censored, &mut censored_side)
                 };
                 let Some(slot) = side.add_to_bucket(p, elapsed) else {
                     refused(i, exact);
@@ -602,12 +610,12 @@ impl AtomicWindow {
                 count = count.wrapping_add(1);
                 exact_count = exact_count.wrapping_add(u64::from(exact));
                 if count >= next_check {
-                    publish(&pending, older, last);
+                    publish(&exact_side, &censored_side, older, last);
                     self.check(p, now);
                     continue 'batch;
                 }
             }
-            publish(&pending, older, last);
+            publish(&exact_side, &censored_side, older, last);
             return;
         }
         // Not started: the first sample starts the window.
