@@ -125,7 +125,7 @@ pub trait IndexMapping: Copy + fmt::Debug + PartialEq {
     /// integer operations only, keying the exact integer.
     #[inline]
     fn index_u64(&self, value: u64) -> Option<i32> {
-        let v = value as f64;
+        let v = u64_to_f64(value);
         (v >= self.min_indexable_value() && v <= self.max_indexable_value()).then(|| self.index(v))
     }
 
@@ -571,6 +571,25 @@ impl<L: LogApproximation> fmt::Debug for LogLikeMapping<L> {
     }
 }
 
+/// `value as f64`, bit for bit, cheaper where it matters: below `2^63` the
+/// signed conversion rounds the same integer the same way, in one
+/// instruction on x86-64 against about six for the unsigned one.
+#[inline(always)]
+pub(crate) fn u64_to_f64(value: u64) -> f64 {
+    match i64::try_from(value) {
+        Ok(signed) => signed as f64,
+        Err(_) => {
+            // At or above 2^63: halve, keeping the lost bit as a sticky low
+            // bit (it lies far below the 53 kept, so the rounding is that of
+            // `value`), convert signed, and double exactly. Written out, not
+            // `value as f64`, which the compiler would merge with the branch
+            // above into the unsigned conversion again.
+            let half = (value >> 1) | (value & 1);
+            (half as i64 as f64) * 2.0
+        }
+    }
+}
+
 /// `1.5 · 2^52`: sums with it lie in `[2^52, 2^53)`, where the ulp is 1.
 const ROUND: f64 = 6_755_399_441_055_744.0;
 
@@ -812,6 +831,54 @@ mod tests {
         for o in [-1e6, -0.5, 0.25, 7.0, 3e5] {
             keys_match_the_reference(CubicMapping::with_gamma(1.02, o).unwrap());
             keys_match_the_reference(LinearMapping::with_gamma(1.05, o).unwrap());
+        }
+    }
+
+    #[test]
+    fn u64_conversion_is_bit_identical() {
+        let cubic = CubicMapping::new(0.01).unwrap();
+        let linear = LinearMapping::new(0.02).unwrap();
+        let exact = LogarithmicMapping::new(0.01).unwrap();
+        let shifted = CubicMapping::with_gamma(1.5, -20.0).unwrap();
+        // The float mappings' keys of integers, against the conversion by `as`.
+        fn key<M: IndexMapping>(m: &M, v: u64) {
+            let f = v as f64;
+            let (lo, hi) = (m.min_indexable_value(), m.max_indexable_value());
+            let expected = (f >= lo && f <= hi).then(|| m.index(f));
+            assert_eq!(m.index_u64(v), expected, "{v}");
+        }
+        let check = |v: u64| {
+            assert_eq!(u64_to_f64(v).to_bits(), (v as f64).to_bits(), "{v}");
+            key(&cubic, v);
+            key(&linear, v);
+            key(&exact, v);
+            key(&shifted, v);
+        };
+        for v in [0, 1, 2, 3, u64::MAX, i64::MAX as u64] {
+            check(v);
+        }
+        for k in 0..64 {
+            let p = 1u64 << k;
+            for d in 0..=3 {
+                check(p.wrapping_add(d));
+                check(p.wrapping_sub(d));
+            }
+        }
+        // Around 2^63, where the conversion changes, and below 2^64, where
+        // it rounds up to 2^64; ties to even on both sides of 2^53.
+        for d in 0..=2048 {
+            for v in [(1 << 63) + d, (1 << 63) - d, u64::MAX - d] {
+                check(v);
+            }
+            for v in [(1 << 53) + d, (1 << 54) + d, (1 << 62) + (d << 8)] {
+                check(v);
+            }
+        }
+        let mut state = 3;
+        for _ in 0..if cfg!(miri) { 1_000 } else { 100_000 } {
+            let v = mix(&mut state);
+            check(v);
+            check(v >> (mix(&mut state) % 64));
         }
     }
 
