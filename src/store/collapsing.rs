@@ -151,14 +151,15 @@ impl<const N: usize, S: CollapseSide> CollapsingStore<N, S> {
     }
 
     /// Adds `count` at `slot`, saturating.
+    ///
+    /// Every caller passes a slot it has just masked (`Self::slot`). One
+    /// `add_at` shared by all paths, on a slot chosen among several, hid
+    /// from the compiler that the counter cannot alias the sketch's other
+    /// fields: a loop of adds then read the mapping's constants from memory
+    /// on every value (measured here: 5.1 against 3.2 ns a value at best).
     #[inline(always)]
     fn add_at(&mut self, slot: usize, count: u32) {
         if let Some(c) = self.counts.get_mut(slot) {
-            // `total` is the sum of at most `N <= 2^24` counters, each at
-            // most `u32::MAX`: below `2^56`, it never wraps. Counted first,
-            // and taken back below if the counter saturates, so that the
-            // common path is two adds to memory and a jump not taken.
-            self.total = self.total.wrapping_add(u64::from(count));
             // Add first and look at the carry: on x86-64 one add to memory
             // and a jump, against a load, a test, an add and a store.
             let (sum, carried) = c.overflowing_add(count);
@@ -168,33 +169,37 @@ impl<const N: usize, S: CollapseSide> CollapsingStore<N, S> {
                 // took it past `u32::MAX`: `stored < count`, so neither
                 // subtraction wraps.
                 let stored = u32::MAX.wrapping_sub(sum.wrapping_sub(count));
-                let dropped = count.wrapping_sub(stored);
                 *c = u32::MAX;
-                self.total = self.total.wrapping_sub(u64::from(dropped));
-                self.saturated = self.saturated.saturating_add(u64::from(dropped));
+                self.total = self.total.wrapping_add(u64::from(stored));
+                self.saturated = self
+                    .saturated
+                    .saturating_add(u64::from(count.wrapping_sub(stored)));
+            } else {
+                // `total` is the sum of at most `N <= 2^24` counters, each
+                // at most `u32::MAX`: below `2^56`, it never wraps.
+                self.total = self.total.wrapping_add(u64::from(count));
             }
         }
     }
 
-    /// Makes room for a key outside the occupied range: widens the range if
-    /// the keys still fit, otherwise collapses on side `S`. Returns the slot
-    /// that `count` goes to, `None` for a count of 0. The caller adds it:
-    /// one `add_at` on every path, which keeps the common one short.
+    /// Adds a key outside the occupied range: widens the range if the keys
+    /// still fit, otherwise collapses on side `S`.
     ///
     /// Inlined, and free of calls, on purpose: a call anywhere in a loop of
     /// `add`s, even one never taken, would let it modify the whole sketch as
     /// far as the compiler knows, and the mapping's constants would be
     /// reloaded from memory on every value (about 40 % slower).
     #[inline(always)]
-    fn make_room(&mut self, key: i32, count: u32) -> Option<usize> {
+    fn add_outside(&mut self, key: i32, count: u32) {
         if count == 0 {
             // Keeps the range's ends non-zero.
-            return None;
+            return;
         }
         if self.span == 0 {
             self.low = key;
             self.span = 1;
-            return Some(Self::slot(key));
+            self.add_at(Self::slot(key), count);
+            return;
         }
         let k = i64::from(key);
         let (lo, hi) = (i64::from(self.low), i64::from(self.high()));
@@ -205,7 +210,8 @@ impl<const N: usize, S: CollapseSide> CollapsingStore<N, S> {
             // `new_lo` is one of two `i32` keys; `width < N`.
             self.low = new_lo as i32;
             self.span = width.saturating_add(1) as u32;
-            return Some(Self::slot(key));
+            self.add_at(Self::slot(key), count);
+            return;
         }
         // The range would hold more than `N` keys: keep the `N` on the exact
         // side and fold the rest into the edge bucket. `edge` and the folded
@@ -230,17 +236,14 @@ impl<const N: usize, S: CollapseSide> CollapsingStore<N, S> {
             Collapse::Highest => min(k, edge),
         };
         let slot = Self::slot(target as i32);
+        self.add_at(slot, count);
         if target != k {
-            // Never more than the edge bucket will hold once `count` is
-            // added: what saturation drops is not in it (and then the cap,
-            // `u32::MAX`, is reached whatever the order the samples came in).
-            let at = self
-                .counts
-                .get(slot)
-                .map_or(0, |&c| u64::from(c.saturating_add(count)));
+            // Never more than the edge bucket holds: what saturation
+            // dropped is not in it (and then the cap, `u32::MAX`, is
+            // reached whatever the order the samples came in).
+            let at = self.counts.get(slot).map_or(0, |&c| u64::from(c));
             self.collapsed = min(self.collapsed.saturating_add(u64::from(count)), at);
         }
-        Some(slot)
     }
 
     /// Empties the slots of the keys `keys` (all in the old occupied range)
@@ -606,13 +609,10 @@ impl<const N: usize, S: CollapseSide> Store for CollapsingStore<N, S> {
 
     #[inline(always)]
     fn add(&mut self, key: i32, count: u32) {
-        let slot = if self.holds(key) {
-            Some(Self::slot(key))
+        if self.holds(key) {
+            self.add_at(Self::slot(key), count);
         } else {
-            self.make_room(key, count)
-        };
-        if let Some(slot) = slot {
-            self.add_at(slot, count);
+            self.add_outside(key, count);
         }
     }
 
