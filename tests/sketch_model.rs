@@ -9,7 +9,9 @@ use common::{cases, check_rank, rank_probes, sorted, store_model, Side, StoreMod
 use proptest::prelude::*;
 use tailguard::mapping::{CubicMapping, LinearMapping, LogarithmicMapping};
 use tailguard::store::{Collapse, CollapsingHighestStore, CollapsingLowestStore};
-use tailguard::{Collapsed, DDSketch, FromRelativeAccuracy, IndexMapping, SignedSketch, Store};
+use tailguard::{
+    Collapsed, DDSketch, FromRelativeAccuracy, IndexMapping, SignedSketch, SketchError, Store,
+};
 
 /// Values from a small pool (so buckets coincide and saturate together),
 /// zeros and subnormals of both signs, and log-uniform magnitudes.
@@ -270,4 +272,251 @@ fn rank_after_a_collapse_counts_the_collapsed_bucket() {
     }
     let r = h.rank(-5e5).unwrap().unwrap();
     assert!(r >= 1.0 / 7.0, "rank(-5e5) = {r}");
+}
+
+/// One step of a sketch's life, for the sequence model below.
+#[derive(Clone, Debug)]
+enum Step {
+    Add(Value),
+    Weighted(Value, u32),
+    All(Vec<Value>),
+    Integer(u64),
+    Merge(Vec<Value>),
+    Clear,
+}
+
+/// A value from a pool built on the mapping (the ends of its indexable
+/// range and their neighbours, zeros, subnormals, ±1 and its neighbours,
+/// NaN, infinities), so that new minima, maxima and repeats of them come
+/// often, or a log-uniform magnitude of either sign.
+#[derive(Clone, Copy, Debug)]
+enum Value {
+    Pool(usize),
+    Magnitude(f64),
+}
+
+impl Value {
+    fn get(self, m: &CubicMapping) -> f64 {
+        let (lo, hi) = (m.min_indexable_value(), m.max_indexable_value());
+        let pool = [
+            0.0,
+            -0.0,
+            1e-310,
+            -1e-310,
+            lo,
+            lo.next_up(),
+            lo.next_down(),
+            -lo,
+            hi,
+            hi.next_down(),
+            hi.next_up(),
+            1.0,
+            1.0f64.next_up(),
+            1.0f64.next_down(),
+            3.0,
+            1e6,
+            -1.0,
+            -1e6,
+            f64::NAN,
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+        ];
+        match self {
+            Self::Pool(i) => pool[i % pool.len()],
+            Self::Magnitude(v) => v,
+        }
+    }
+}
+
+fn step_value() -> impl Strategy<Value = Value> {
+    prop_oneof![
+        3 => (0usize..64).prop_map(Value::Pool),
+        2 => (-9.0..12.0f64).prop_map(|e| Value::Magnitude(10f64.powf(e))),
+        1 => (-9.0..12.0f64).prop_map(|e| Value::Magnitude(-(10f64.powf(e)))),
+    ]
+}
+
+fn steps() -> impl Strategy<Value = Vec<Step>> {
+    let step = prop_oneof![
+        6 => step_value().prop_map(Step::Add),
+        2 => (step_value(), 0u32..4).prop_map(|(v, w)| Step::Weighted(v, w)),
+        1 => prop::collection::vec(step_value(), 0..6).prop_map(Step::All),
+        1 => prop_oneof![Just(0u64), Just(1), Just(u64::MAX), any::<u64>()].prop_map(Step::Integer),
+        1 => prop::collection::vec(step_value(), 0..6).prop_map(Step::Merge),
+        1 => Just(Step::Clear),
+    ];
+    prop::collection::vec(step, 0..80)
+}
+
+/// What a sketch's minimum, maximum, sum, count and zero count must be,
+/// kept by the rules the documentation states.
+#[derive(Clone, Copy, Debug)]
+struct Extremes {
+    min: f64,
+    max: f64,
+    sum: f64,
+    integer_min: u64,
+    integer_max: u64,
+    integer_sum: u128,
+    count: u64,
+    zeros: u64,
+}
+
+impl Extremes {
+    const EMPTY: Self = Self {
+        min: f64::INFINITY,
+        max: f64::NEG_INFINITY,
+        sum: 0.0,
+        integer_min: u64::MAX,
+        integer_max: 0,
+        integer_sum: 0,
+        count: 0,
+        zeros: 0,
+    };
+
+    /// What `add_weighted(v, w)` answers, noting `v` when it is taken.
+    fn add(&mut self, m: &CubicMapping, signed: bool, v: f64, w: u32) -> Result<(), SketchError> {
+        let (lo, hi) = (m.min_indexable_value(), m.max_indexable_value());
+        if v.is_nan() {
+            return Err(SketchError::NotANumber);
+        }
+        if v.abs() > hi {
+            return Err(SketchError::ValueOutOfRange(v));
+        }
+        if v < 0.0 && !signed {
+            return Err(SketchError::NegativeValue(v));
+        }
+        if w == 0 {
+            return Ok(());
+        }
+        let zero = v.abs() < lo;
+        // An unsigned sketch takes `-0.0` as `0.0`.
+        let noted = if zero && !signed { v.abs() } else { v };
+        if noted < self.min {
+            self.min = noted;
+        }
+        if noted > self.max {
+            self.max = noted;
+        }
+        self.sum += noted * f64::from(w);
+        self.count += u64::from(w);
+        self.zeros += if zero { u64::from(w) } else { 0 };
+        Ok(())
+    }
+
+    fn add_u64(&mut self, v: u64) {
+        self.integer_min = self.integer_min.min(v);
+        self.integer_max = self.integer_max.max(v);
+        self.integer_sum += u128::from(v);
+        self.count += 1;
+        self.zeros += u64::from(v == 0);
+    }
+
+    fn merge(&mut self, o: &Self) {
+        self.min = self.min.min(o.min);
+        self.max = self.max.max(o.max);
+        self.sum += o.sum;
+        self.integer_min = self.integer_min.min(o.integer_min);
+        self.integer_max = self.integer_max.max(o.integer_max);
+        self.integer_sum += o.integer_sum;
+        self.count += o.count;
+        self.zeros += o.zeros;
+    }
+
+    fn check<N: Store>(
+        &self,
+        s: &DDSketch<CubicMapping, CollapsingLowestStore<16>, N>,
+    ) -> Result<(), TestCaseError> {
+        prop_assert_eq!((s.count(), s.zero_count()), (self.count, self.zeros));
+        if self.count == 0 {
+            prop_assert_eq!((s.min(), s.max(), s.sum()), (None, None, None));
+            return Ok(());
+        }
+        let integers = self.integer_min <= self.integer_max;
+        let (imin, imax) = (self.integer_min as f64, self.integer_max as f64);
+        let min = if integers && imin < self.min {
+            imin
+        } else {
+            self.min
+        };
+        let max = if integers && imax > self.max {
+            imax
+        } else {
+            self.max
+        };
+        prop_assert_eq!(s.min().map(f64::to_bits), Some(min.to_bits()));
+        prop_assert_eq!(s.max().map(f64::to_bits), Some(max.to_bits()));
+        let sum = self.sum + self.integer_sum as f64;
+        prop_assert_eq!(s.sum().map(f64::to_bits), Some(sum.to_bits()));
+        Ok(())
+    }
+}
+
+/// Runs `steps` on a sketch with negative store `N`, checking it against
+/// the model after every step.
+fn follow<N: Store>(steps: &[Step]) -> Result<(), TestCaseError> {
+    type S<N> = DDSketch<CubicMapping, CollapsingLowestStore<16>, N>;
+    let signed = N::CAPACITY > 0;
+    let mut s = S::<N>::with_accuracy(0.01).unwrap();
+    let m = *s.mapping();
+    let mut model = Extremes::EMPTY;
+    for step in steps {
+        match step {
+            Step::Add(v) => {
+                let v = v.get(&m);
+                prop_assert_eq!(s.add(v), model.add(&m, signed, v, 1), "add({})", v);
+            }
+            Step::Weighted(v, w) => {
+                let v = v.get(&m);
+                let expected = model.add(&m, signed, v, *w);
+                prop_assert_eq!(
+                    s.add_weighted(v, *w),
+                    expected,
+                    "add_weighted({}, {})",
+                    v,
+                    w
+                );
+            }
+            Step::All(vs) => {
+                let vs: Vec<f64> = vs.iter().map(|v| v.get(&m)).collect();
+                let expected = vs
+                    .iter()
+                    .enumerate()
+                    .try_for_each(|(i, &v)| model.add(&m, signed, v, 1).map_err(|e| (i, e)));
+                prop_assert_eq!(s.add_all(&vs), expected);
+            }
+            Step::Integer(v) => {
+                prop_assert_eq!(s.add_u64(*v), Ok(()));
+                model.add_u64(*v);
+            }
+            Step::Merge(vs) => {
+                let mut other = S::<N>::with_accuracy(0.01).unwrap();
+                let mut o = Extremes::EMPTY;
+                for v in vs.iter().map(|v| v.get(&m)) {
+                    prop_assert_eq!(other.add(v), o.add(&m, signed, v, 1));
+                }
+                prop_assert_eq!(s.merge(&other), Ok(()));
+                model.merge(&o);
+            }
+            Step::Clear => {
+                s.clear();
+                model = Extremes::EMPTY;
+            }
+        }
+        model.check(&s)?;
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(cases(256)))]
+
+    /// The add path skips the minimum and maximum for values between them:
+    /// whatever the order of adds, merges and clears, the extremes, the sum
+    /// and every answer are those the documented rules give.
+    #[test]
+    fn extremes_follow_every_step(steps in steps()) {
+        follow::<tailguard::store::NoStore>(&steps)?;
+        follow::<CollapsingLowestStore<16>>(&steps)?;
+    }
 }

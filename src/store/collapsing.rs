@@ -151,24 +151,33 @@ impl<const N: usize, S: CollapseSide> CollapsingStore<N, S> {
     }
 
     /// Adds `count` at `slot`, saturating.
+    ///
+    /// Every caller passes a slot it has just masked (`Self::slot`). One
+    /// `add_at` shared by all paths, on a slot chosen among several, hid
+    /// from the compiler that the counter cannot alias the sketch's other
+    /// fields: a loop of adds then read the mapping's constants from memory
+    /// on every value (measured here: 5.1 against 3.2 ns a value at best).
     #[inline(always)]
     fn add_at(&mut self, slot: usize, count: u32) {
         if let Some(c) = self.counts.get_mut(slot) {
-            match c.checked_add(count) {
-                Some(n) => {
-                    *c = n;
-                    self.total = self.total.saturating_add(u64::from(count));
-                }
-                None => {
-                    // `*c + count > u32::MAX`, so `stored < count`: neither
-                    // subtraction can wrap.
-                    let stored = u32::MAX.wrapping_sub(*c);
-                    *c = u32::MAX;
-                    self.total = self.total.saturating_add(u64::from(stored));
-                    self.saturated = self
-                        .saturated
-                        .saturating_add(u64::from(count.wrapping_sub(stored)));
-                }
+            // Add first and look at the carry: on x86-64 one add to memory
+            // and a jump, against a load, a test, an add and a store.
+            let (sum, carried) = c.overflowing_add(count);
+            *c = sum;
+            if carried {
+                // The counter held `sum - count` (mod 2^32) and `count`
+                // took it past `u32::MAX`: `stored < count`, so neither
+                // subtraction wraps.
+                let stored = u32::MAX.wrapping_sub(sum.wrapping_sub(count));
+                *c = u32::MAX;
+                self.total = self.total.wrapping_add(u64::from(stored));
+                self.saturated = self
+                    .saturated
+                    .saturating_add(u64::from(count.wrapping_sub(stored)));
+            } else {
+                // `total` is the sum of at most `N <= 2^24` counters, each
+                // at most `u32::MAX`: below `2^56`, it never wraps.
+                self.total = self.total.wrapping_add(u64::from(count));
             }
         }
     }
