@@ -523,7 +523,7 @@ proptest! {
     #[cfg_attr(miri, ignore)]
     fn batches_replay_to_the_hedgers_windows(
         config in config(),
-        batch in 2usize..=16,
+        batch in 2usize..=64,
         steps in prop::collection::vec(step(1), 1..600),
     ) {
         run_batched::<1>(config, batch, &steps);
@@ -533,7 +533,7 @@ proptest! {
     #[cfg_attr(miri, ignore)]
     fn batches_replay_to_the_hedgers_windows_with_targets(
         config in config(),
-        batch in 2usize..=16,
+        batch in 2usize..=64,
         steps in prop::collection::vec(step(3), 1..600),
     ) {
         run_batched::<3>(config, batch, &steps);
@@ -547,7 +547,8 @@ fn a_burst_is_published_in_batches_and_a_trickle_at_once() {
         Hedger::with_budget(config, Budget::Unlimited).unwrap();
     let shared: SharedHedger<Budget, 1> =
         SharedHedger::with_budget(config, Budget::Unlimited).unwrap();
-    assert_eq!(shared.batch(), 16);
+    let batch = shared.batch();
+    assert_eq!(batch, 64);
     let answer = |now: u64, latency: u64, plain: &mut Hedger<usize, Budget, 1>| {
         let mut a = plain.start(0, now, IDEMPOTENT);
         let mut b = shared.start(0, now, IDEMPOTENT);
@@ -567,18 +568,18 @@ fn a_burst_is_published_in_batches_and_a_trickle_at_once() {
     }
     // A burst of slow answers 1 µs apart. The first is published at once
     // (the lane last published 50 ms before); after it, the lane holds up
-    // to 16 before it publishes, so the shared delay lags...
+    // to a batch before it publishes, so the shared delay lags...
     answer(now, 50 * MS, &mut plain);
     now += US;
     assert_eq!(plain.delay_ns(&0, now), shared.delay_ns(0, now));
     let before = shared.delay_ns(0, now);
-    for _ in 0..15 {
+    for _ in 0..batch - 1 {
         answer(now, 50 * MS, &mut plain);
         now += US;
     }
     assert_ne!(plain.delay_ns(&0, now), before);
     assert_eq!(shared.delay_ns(0, now), before);
-    // ...and the 16th publishes the batch: the same windows again.
+    // ...and the batch's last publishes it: the same windows again.
     answer(now, 50 * MS, &mut plain);
     assert_eq!(plain.delay_ns(&0, now), shared.delay_ns(0, now));
     // Counters match, but for the delay the last request got (before the

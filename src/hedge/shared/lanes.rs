@@ -35,7 +35,7 @@ use crate::sync::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 pub(crate) const LANES: usize = 8;
 
 /// The most samples a lane holds.
-pub(crate) const LANE_SAMPLES: usize = 16;
+pub(crate) const LANE_SAMPLES: usize = 64;
 
 /// Counters a lane holds: every [`Stat`] and the requests.
 const COUNTERS: usize = 15;
@@ -84,10 +84,6 @@ struct Slot {
 #[derive(Debug)]
 #[repr(align(128))]
 pub(crate) struct Lane {
-    /// The marker of the thread that uses the lane; 0 while free.
-    owner: AtomicUsize,
-    /// When it was claimed, in claims of the hedger's lanes (0: never).
-    claimed: AtomicU64,
     /// The buffer's try-lock.
     busy: AtomicBool,
     /// Samples buffered (under `busy`).
@@ -103,8 +99,6 @@ pub(crate) struct Lane {
 impl Lane {
     fn new() -> Self {
         Self {
-            owner: AtomicUsize::new(0),
-            claimed: AtomicU64::new(0),
             busy: AtomicBool::new(false),
             len: AtomicUsize::new(0),
             deposited: AtomicU64::new(0),
@@ -283,9 +277,26 @@ fn home(marker: usize) -> usize {
     (marker.wrapping_mul(golden) >> (usize::BITS - 3)) % LANES
 }
 
+/// Who holds a lane.
+#[derive(Debug)]
+struct Owner {
+    /// The marker of the thread that uses the lane; 0 while free.
+    marker: AtomicUsize,
+    /// When it was claimed, in claims of the hedger's lanes (0: never).
+    claimed: AtomicU64,
+}
+
+/// The owners of every lane, together on lines of their own: written only
+/// when a lane is claimed, read on every event (a thread looking for its
+/// lane reads them, never the lanes' busy lines).
+#[derive(Debug)]
+#[repr(align(128))]
+struct Owners([Owner; LANES]);
+
 /// Every lane of a shared hedger, and the one value counters cannot hold.
 #[derive(Debug)]
 pub(crate) struct Lanes {
+    owners: Owners,
     lanes: [Lane; LANES],
     /// Lanes claimed so far.
     claims: AtomicU64,
@@ -296,6 +307,10 @@ pub(crate) struct Lanes {
 impl Lanes {
     pub(crate) fn new() -> Self {
         Self {
+            owners: Owners(core::array::from_fn(|_| Owner {
+                marker: AtomicUsize::new(0),
+                claimed: AtomicU64::new(0),
+            })),
             lanes: core::array::from_fn(|_| Lane::new()),
             claims: AtomicU64::new(0),
             current_delay: AtomicU64::new(0),
@@ -309,8 +324,8 @@ impl Lanes {
     pub(crate) fn mine(&self) -> &Lane {
         let me = marker();
         let start = home(me);
-        match self.lanes.get(start) {
-            Some(lane) if lane.owner.load(Ordering::Relaxed) == me => lane,
+        match (self.owners.0.get(start), self.lanes.get(start)) {
+            (Some(owner), Some(lane)) if owner.marker.load(Ordering::Relaxed) == me => lane,
             _ => self.find(me, start),
         }
     }
@@ -319,19 +334,21 @@ impl Lanes {
     #[cold]
     #[inline(never)]
     fn find(&self, me: usize, start: usize) -> &Lane {
-        for i in 0..LANES {
-            let Some(lane) = self.lanes.get(start.wrapping_add(i) % LANES) else {
+        let [first, ..] = &self.lanes;
+        let lane = |i: usize| self.lanes.get(i).unwrap_or(first);
+        for i in (0..LANES).map(|i| start.wrapping_add(i) % LANES) {
+            let Some(owner) = self.owners.0.get(i) else {
                 continue;
             };
-            match lane.owner.load(Ordering::Relaxed) {
-                owner if owner == me => return lane,
-                0 if lane
-                    .owner
+            match owner.marker.load(Ordering::Relaxed) {
+                marker if marker == me => return lane(i),
+                0 if owner
+                    .marker
                     .compare_exchange(0, me, Ordering::Relaxed, Ordering::Relaxed)
                     .is_ok() =>
                 {
-                    self.claimed(lane);
-                    return lane;
+                    self.claimed(owner);
+                    return lane(i);
                 }
                 _ => {}
             }
@@ -339,21 +356,20 @@ impl Lanes {
         // Every lane is another thread's: take over the one claimed longest
         // ago. A thread still using it shares it (exact, only slower) or
         // takes another; a thread that ended leaves it to this one.
-        let [first, ..] = &self.lanes;
-        let oldest = self
-            .lanes
-            .iter()
-            .min_by_key(|l| l.claimed.load(Ordering::Relaxed))
-            .unwrap_or(first);
-        oldest.owner.store(me, Ordering::Relaxed);
-        self.claimed(oldest);
-        oldest
+        let [first_owner, ..] = &self.owners.0;
+        let (oldest, owner) = (0..LANES)
+            .zip(self.owners.0.iter())
+            .min_by_key(|(_, o)| o.claimed.load(Ordering::Relaxed))
+            .unwrap_or((0, first_owner));
+        owner.marker.store(me, Ordering::Relaxed);
+        self.claimed(owner);
+        lane(oldest)
     }
 
-    /// Notes that `lane` was just claimed.
-    fn claimed(&self, lane: &Lane) {
+    /// Notes that `owner`'s lane was just claimed.
+    fn claimed(&self, owner: &Owner) {
         let n = self.claims.fetch_add(1, Ordering::Relaxed);
-        lane.claimed.store(n.wrapping_add(1), Ordering::Relaxed);
+        owner.claimed.store(n.wrapping_add(1), Ordering::Relaxed);
     }
 
     /// Every lane.

@@ -61,7 +61,7 @@
 //! lines travel to the writing core and back to the others. With two
 //! threads sending requests, that costs more than the requests
 //! themselves. So each thread gathers them in its lane and publishes them
-//! [`batch`](SharedHedger::with_batch) samples at a time (16 by
+//! [`batch`](SharedHedger::with_batch) samples at a time (64 by
 //! default): the lines then travel once a batch. A lane publishes its
 //! samples in the order they came, each with its own timestamp, exactly
 //! as if they had been recorded then — rotation, idle gaps and clock steps
@@ -74,11 +74,11 @@
 //!   rotation period) or more before the sample's timestamp, or after it
 //!   (the clock went back): a thread recording fewer than a thousand
 //!   samples a second publishes every sample, and batches form only under
-//!   load, where 16 samples are a fraction of a millisecond;
-//! * otherwise the samples of the batch in progress — at most 15 a lane —
+//!   load, where 64 samples take a few milliseconds at most;
+//! * otherwise the samples of the batch in progress — at most 63 a lane —
 //!   wait for the next one or for [`flush`](SharedHedger::flush): the
-//!   delay estimate misses at most `15 × threads` samples, out of the
-//!   thousand or more the window holds at that rate;
+//!   delay estimate misses at most `63 × threads` samples, out of the
+//!   thousands the window holds at that rate;
 //! * deposits go with the samples, and a thread publishes its own pending
 //!   deposits before it takes a hedge token, so the budget misses at most
 //!   the other threads' last requests (fail closed).
@@ -133,7 +133,7 @@
 //!
 //! # Memory
 //! Inline, no allocation: 16 KiB a window (two halves × exact and censored
-//! × 1 024 `AtomicU32`), `T + 1` windows, 5 KiB of lanes, and the budget.
+//! × 1 024 `AtomicU32`), `T + 1` windows, 13 KiB of lanes, and the budget.
 //! Put it in an `Arc` or a `static`.
 
 mod in_flight;
@@ -226,7 +226,7 @@ impl<B: HedgeBudget, const T: usize, M: IndexMapping + FromRelativeAccuracy> Sha
 
 impl<B: HedgeBudget, const T: usize, M: IndexMapping> SharedHedger<B, T, M> {
     /// Publishes a thread's samples and deposits `samples` at a time
-    /// (default and most: 16; 1 publishes each at once). See *Batches*
+    /// (default and most: 64; 1 publishes each at once). See *Batches*
     /// in the module docs.
     #[must_use]
     pub fn with_batch(mut self, samples: usize) -> Self {
