@@ -1,5 +1,6 @@
 //! What hedging middleware adds to every request, on an inner service that
-//! answers at once: the bare inner service, tailguard's `HedgeService`,
+//! answers at once: the bare inner service, tailguard's `HedgeService`
+//! (over an `Arc`ed hedger, and over a `&'static` one),
 //! tower's `Hedge` (warm: its histogram holds data, so it plans a hedge on
 //! every request), and a `Mutex<Hedger>` driven by hand (start + commit).
 //! Every variant runs inside a current-thread tokio runtime (tower's hedge
@@ -10,7 +11,8 @@
 //! Run: `cargo bench --bench tower --features tower`
 //!
 //! Instructions per request (callgrind): set `TAILGUARD_CALLGRIND` to
-//! `VARIANT:N` (variant `bare`, `tailguard`, `tower`, `mutex`, `shared`) to run N
+//! `VARIANT:N` (variant `bare`, `tailguard`, `tailguard-static`, `tower`, `mutex`,
+//! `shared`) to run N
 //! requests after a warm-up, and take the difference of two request counts
 //! (the hedger's window refreshes its quantile now and then, so take many):
 //! `valgrind --tool=callgrind target/release/deps/tower-<hash>` with
@@ -160,6 +162,10 @@ impl Client for SharedByHand {
 fn clients(only: Option<&str>) -> Vec<(&'static str, Box<dyn Client>)> {
     let hedger = Arc::new(SharedHedger::new(HedgeConfig::DEFAULT).unwrap());
     let ours = HedgeLayer::new(hedger, AllIdempotent).layer(Inner);
+    // The same with a `&'static` hedger: no `Arc` count moved per request.
+    let leaked: &'static SharedHedger =
+        Box::leak(Box::new(SharedHedger::new(HedgeConfig::DEFAULT).unwrap()));
+    let ours_static = HedgeLayer::new(leaked, AllIdempotent).layer(Inner);
     // tower's histogram pre-filled: it plans a hedge at its p90 from the
     // first request.
     let theirs = tower::hedge::Hedge::new_with_mock_latencies(
@@ -178,6 +184,10 @@ fn clients(only: Option<&str>) -> Vec<(&'static str, Box<dyn Client>)> {
     let mut all: Vec<(&'static str, Box<dyn Client>)> = vec![
         ("bare inner service", Box::new(Bare(Inner))),
         ("tailguard HedgeService", Box::new(Tailguard(ours))),
+        (
+            "tailguard HedgeService, &'static hedger",
+            Box::new(Tailguard(ours_static)),
+        ),
         ("tower Hedge", Box::new(TowerHedge(theirs))),
         ("SharedHedger start + on_commit", Box::new(by_hand)),
         (
@@ -230,6 +240,7 @@ fn callgrind(spec: &str) {
     let name = match variant {
         "bare" => "bare inner service",
         "tailguard" => "tailguard HedgeService",
+        "tailguard-static" => "tailguard HedgeService, &'static hedger",
         "tower" => "tower Hedge",
         "mutex" => "Mutex<Hedger> start + on_commit",
         "shared" => "SharedHedger start + on_commit",

@@ -46,6 +46,80 @@ use crate::hedge::{
 use crate::mapping::{CubicMapping, IndexMapping};
 use crate::FromRelativeAccuracy;
 
+/// How a [`RequestGuard`] (and the tower layer) holds its hedger.
+///
+/// * [`Arc`]: the guard clones it, so every request adds to and takes from
+///   the `Arc`'s count — one cache line that every thread writes, twice a
+///   request;
+/// * `&'static` (a `static`, or `Box::leak` at start-up): nothing to count,
+///   so threads share nothing per request but what the hedger itself
+///   shares.
+///
+/// ```
+/// use std::sync::Arc;
+/// use tailguard::guard::HedgerRef;
+/// use tailguard::hedge::{HedgeConfig, SharedHedger};
+///
+/// let counted: HedgerRef = Arc::new(SharedHedger::new(HedgeConfig::DEFAULT)?).into();
+/// let leaked: &'static SharedHedger = Box::leak(Box::new(SharedHedger::new(HedgeConfig::DEFAULT)?));
+/// let uncounted: HedgerRef = leaked.into();
+/// assert_eq!(counted.config(), uncounted.config()); // both deref to the hedger
+/// # Ok::<(), tailguard::hedge::ConfigError>(())
+/// ```
+#[derive(Debug)]
+pub enum HedgerRef<
+    B: HedgeBudget + 'static = Budget,
+    const T: usize = 1,
+    M: IndexMapping + 'static = CubicMapping,
+> {
+    /// Shared by reference counting.
+    Counted(Arc<SharedHedger<B, T, M>>),
+    /// Borrowed for the program's life.
+    Static(&'static SharedHedger<B, T, M>),
+}
+
+impl<B: HedgeBudget + 'static, const T: usize, M: IndexMapping + 'static> Clone
+    for HedgerRef<B, T, M>
+{
+    #[inline]
+    fn clone(&self) -> Self {
+        match self {
+            Self::Counted(arc) => Self::Counted(Arc::clone(arc)),
+            Self::Static(hedger) => Self::Static(hedger),
+        }
+    }
+}
+
+impl<B: HedgeBudget + 'static, const T: usize, M: IndexMapping + 'static> core::ops::Deref
+    for HedgerRef<B, T, M>
+{
+    type Target = SharedHedger<B, T, M>;
+
+    #[inline]
+    fn deref(&self) -> &Self::Target {
+        match self {
+            Self::Counted(arc) => arc,
+            Self::Static(hedger) => hedger,
+        }
+    }
+}
+
+impl<B: HedgeBudget + 'static, const T: usize, M: IndexMapping + 'static>
+    From<Arc<SharedHedger<B, T, M>>> for HedgerRef<B, T, M>
+{
+    fn from(arc: Arc<SharedHedger<B, T, M>>) -> Self {
+        Self::Counted(arc)
+    }
+}
+
+impl<B: HedgeBudget + 'static, const T: usize, M: IndexMapping + 'static>
+    From<&'static SharedHedger<B, T, M>> for HedgerRef<B, T, M>
+{
+    fn from(hedger: &'static SharedHedger<B, T, M>) -> Self {
+        Self::Static(hedger)
+    }
+}
+
 /// One request of a [`SharedHedger`] that gives itself up when dropped;
 /// see the [module docs](self).
 ///
@@ -55,26 +129,32 @@ use crate::FromRelativeAccuracy;
 #[must_use = "dropping the guard gives the request up at once"]
 pub struct RequestGuard<
     C: Clock = MonotonicClock,
-    B: HedgeBudget = Budget,
+    B: HedgeBudget + 'static = Budget,
     const T: usize = 1,
-    M: IndexMapping + FromRelativeAccuracy = CubicMapping,
+    M: IndexMapping + FromRelativeAccuracy + 'static = CubicMapping,
 > {
-    hedger: Arc<SharedHedger<B, T, M>>,
+    hedger: HedgerRef<B, T, M>,
     clock: C,
     request: Request<usize>,
 }
 
-impl<C: Clock, B: HedgeBudget, const T: usize, M: IndexMapping + FromRelativeAccuracy>
-    RequestGuard<C, B, T, M>
+impl<
+        C: Clock,
+        B: HedgeBudget + 'static,
+        const T: usize,
+        M: IndexMapping + FromRelativeAccuracy + 'static,
+    > RequestGuard<C, B, T, M>
 {
     /// Starts a request to `target` now (see [`SharedHedger::start`]): send
     /// the primary, then arm a timer at [`next_timer`](Self::next_timer).
+    /// `hedger` is an `Arc` or a `&'static` (see [`HedgerRef`]).
     pub fn start(
-        hedger: Arc<SharedHedger<B, T, M>>,
+        hedger: impl Into<HedgerRef<B, T, M>>,
         clock: C,
         target: usize,
         idempotency: Idempotency,
     ) -> Self {
+        let hedger = hedger.into();
         // Built in place: a request is a few hundred bytes.
         Self {
             request: hedger.start(target, clock.now_ns(), idempotency),
@@ -143,7 +223,7 @@ impl<C: Clock, B: HedgeBudget, const T: usize, M: IndexMapping + FromRelativeAcc
     }
 
     /// The hedger.
-    pub fn hedger(&self) -> &Arc<SharedHedger<B, T, M>> {
+    pub fn hedger(&self) -> &HedgerRef<B, T, M> {
         &self.hedger
     }
 
@@ -153,8 +233,12 @@ impl<C: Clock, B: HedgeBudget, const T: usize, M: IndexMapping + FromRelativeAcc
     }
 }
 
-impl<C: Clock, B: HedgeBudget, const T: usize, M: IndexMapping + FromRelativeAccuracy> Drop
-    for RequestGuard<C, B, T, M>
+impl<
+        C: Clock,
+        B: HedgeBudget + 'static,
+        const T: usize,
+        M: IndexMapping + FromRelativeAccuracy + 'static,
+    > Drop for RequestGuard<C, B, T, M>
 {
     fn drop(&mut self) {
         // Finished requests hold nothing: no clock read, no event.
@@ -210,11 +294,30 @@ mod tests {
         )
     }
 
+    #[test]
+    fn a_static_hedger_works_without_a_count() {
+        let hedger: &'static SharedHedger<Budget> = std::boxed::Box::leak(std::boxed::Box::new(
+            SharedHedger::new(HedgeConfig::DEFAULT).unwrap(),
+        ));
+        let clock = TestClock(Arc::new(AtomicU64::new(0)));
+        let mut guard = RequestGuard::start(hedger, clock.clone(), 0, Idempotency::Idempotent);
+        assert!(matches!(guard.hedger(), HedgerRef::Static(_)));
+        clock.set(2_000_000);
+        assert!(matches!(
+            guard.on_commit(Attempt::PRIMARY),
+            CommitOutcome::Won { .. }
+        ));
+        let dropped = RequestGuard::start(hedger, clock, 0, Idempotency::Idempotent);
+        drop(dropped);
+        let stats = hedger.stats();
+        assert_eq!((stats.samples, stats.gave_up), (1, 1));
+    }
+
     /// Drops `guard` at `now` and checks the hedger afterwards: nothing in
     /// flight, no exact sample, `censored` more censored samples, one more
     /// give-up if the request was still racing.
     fn drop_and_check(guard: RequestGuard<TestClock>, now: u64, censored: u64) -> HedgeStats {
-        let hedger = Arc::clone(guard.hedger());
+        let hedger = guard.hedger().clone();
         guard.clock().set(now);
         let racing = !guard.request().is_finished();
         let before = hedger.stats();

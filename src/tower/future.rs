@@ -155,8 +155,8 @@ impl<S, Req, P, C, B, const T: usize, M>
 where
     S: Service<Req>,
     C: CommitSignal<S::Response, S::Error>,
-    B: HedgeBudget,
-    M: IndexMapping + FromRelativeAccuracy,
+    B: HedgeBudget + 'static,
+    M: IndexMapping + FromRelativeAccuracy + 'static,
 {
     pub(crate) fn new(
         primary: S::Future,
@@ -191,8 +191,8 @@ where
     S: Service<Req> + Clone,
     P: Policy<Req, S::Error>,
     C: CommitSignal<S::Response, S::Error>,
-    B: HedgeBudget,
-    M: IndexMapping + FromRelativeAccuracy,
+    B: HedgeBudget + 'static,
+    M: IndexMapping + FromRelativeAccuracy + 'static,
 {
     type Output = Result<C::Response, HedgeError<S::Error>>;
 
@@ -269,9 +269,9 @@ struct Launch<
     Req,
     P,
     F,
-    B: HedgeBudget,
+    B: HedgeBudget + 'static,
     const T: usize,
-    M: IndexMapping + FromRelativeAccuracy,
+    M: IndexMapping + FromRelativeAccuracy + 'static,
 > {
     extras: &'a mut Vec<Extra<S, Req, F>>,
     spare: &'a mut Option<Spare<S, Req>>,
@@ -283,8 +283,8 @@ impl<S, Req, P, F, B, const T: usize, M> Launch<'_, S, Req, P, F, B, T, M>
 where
     S: Service<Req> + Clone,
     P: Policy<Req, S::Error>,
-    B: HedgeBudget,
-    M: IndexMapping + FromRelativeAccuracy,
+    B: HedgeBudget + 'static,
+    M: IndexMapping + FromRelativeAccuracy + 'static,
 {
     /// Reports `attempt`'s result to the hedger and acts on its decision.
     fn settle<R>(&mut self, attempt: Attempt, result: Result<R, S::Error>) -> Settled<R, S::Error> {

@@ -1,14 +1,12 @@
 //! The layer that wraps services in [`HedgeService`].
 
-use std::sync::Arc;
-
 use tower_layer::Layer;
 
 use super::clock::TokioClock;
 use super::policy::OnResponse;
 use super::service::HedgeService;
 use crate::budget::{Budget, HedgeBudget};
-use crate::hedge::SharedHedger;
+use crate::guard::HedgerRef;
 use crate::mapping::{CubicMapping, IndexMapping};
 use crate::FromRelativeAccuracy;
 
@@ -19,18 +17,22 @@ use crate::FromRelativeAccuracy;
 pub struct HedgeLayer<
     P,
     C = OnResponse,
-    B: HedgeBudget = Budget,
+    B: HedgeBudget + 'static = Budget,
     const T: usize = 1,
-    M: IndexMapping + FromRelativeAccuracy = CubicMapping,
+    M: IndexMapping + FromRelativeAccuracy + 'static = CubicMapping,
 > {
-    hedger: Arc<SharedHedger<B, T, M>>,
+    hedger: HedgerRef<B, T, M>,
     clock: TokioClock,
     policy: P,
     signal: C,
 }
 
-impl<P, B: HedgeBudget, const T: usize, M: IndexMapping + FromRelativeAccuracy>
-    HedgeLayer<P, OnResponse, B, T, M>
+impl<
+        P,
+        B: HedgeBudget + 'static,
+        const T: usize,
+        M: IndexMapping + FromRelativeAccuracy + 'static,
+    > HedgeLayer<P, OnResponse, B, T, M>
 {
     /// Hedges with `hedger` under `policy`, committing on the response
     /// ([`OnResponse`]), timed by [`TokioClock::new`]: the process's shared
@@ -38,9 +40,9 @@ impl<P, B: HedgeBudget, const T: usize, M: IndexMapping + FromRelativeAccuracy>
     /// [`RequestGuard`](crate::guard::RequestGuard)s on
     /// [`MonotonicClock::new`](crate::clock::MonotonicClock::new)) over
     /// one hedger time its requests alike.
-    pub fn new(hedger: Arc<SharedHedger<B, T, M>>, policy: P) -> Self {
+    pub fn new(hedger: impl Into<HedgerRef<B, T, M>>, policy: P) -> Self {
         Self {
-            hedger,
+            hedger: hedger.into(),
             clock: TokioClock::new(),
             policy,
             signal: OnResponse,
@@ -48,8 +50,13 @@ impl<P, B: HedgeBudget, const T: usize, M: IndexMapping + FromRelativeAccuracy>
     }
 }
 
-impl<P, C, B: HedgeBudget, const T: usize, M: IndexMapping + FromRelativeAccuracy>
-    HedgeLayer<P, C, B, T, M>
+impl<
+        P,
+        C,
+        B: HedgeBudget + 'static,
+        const T: usize,
+        M: IndexMapping + FromRelativeAccuracy + 'static,
+    > HedgeLayer<P, C, B, T, M>
 {
     /// Commits attempts on `signal` instead (first body frame, first
     /// token); see [`CommitSignal`](super::CommitSignal).
@@ -72,7 +79,7 @@ impl<P, C, B: HedgeBudget, const T: usize, M: IndexMapping + FromRelativeAccurac
     }
 
     /// The hedger (for its statistics).
-    pub fn hedger(&self) -> &Arc<SharedHedger<B, T, M>> {
+    pub fn hedger(&self) -> &HedgerRef<B, T, M> {
         &self.hedger
     }
 
@@ -85,14 +92,14 @@ impl<P, C, B: HedgeBudget, const T: usize, M: IndexMapping + FromRelativeAccurac
 impl<
         P: Clone,
         C: Clone,
-        B: HedgeBudget,
+        B: HedgeBudget + 'static,
         const T: usize,
-        M: IndexMapping + FromRelativeAccuracy,
+        M: IndexMapping + FromRelativeAccuracy + 'static,
     > Clone for HedgeLayer<P, C, B, T, M>
 {
     fn clone(&self) -> Self {
         Self {
-            hedger: Arc::clone(&self.hedger),
+            hedger: self.hedger.clone(),
             clock: self.clock,
             policy: self.policy.clone(),
             signal: self.signal.clone(),
@@ -104,9 +111,9 @@ impl<
         S,
         P: Clone,
         C: Clone,
-        B: HedgeBudget,
+        B: HedgeBudget + 'static,
         const T: usize,
-        M: IndexMapping + FromRelativeAccuracy,
+        M: IndexMapping + FromRelativeAccuracy + 'static,
     > Layer<S> for HedgeLayer<P, C, B, T, M>
 {
     type Service = HedgeService<S, P, C, B, T, M>;
@@ -114,7 +121,7 @@ impl<
     fn layer(&self, inner: S) -> Self::Service {
         HedgeService::new(
             inner,
-            Arc::clone(&self.hedger),
+            self.hedger.clone(),
             self.clock,
             self.policy.clone(),
             self.signal.clone(),

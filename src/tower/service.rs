@@ -1,7 +1,6 @@
 //! The hedging service.
 
 use core::task::{Context, Poll};
-use std::sync::Arc;
 
 use tower_service::Service;
 
@@ -10,8 +9,7 @@ use super::error::HedgeError;
 use super::future::{ResponseFuture, Spare};
 use super::policy::{CommitSignal, OnResponse, Policy};
 use crate::budget::{Budget, HedgeBudget};
-use crate::guard::RequestGuard;
-use crate::hedge::SharedHedger;
+use crate::guard::{HedgerRef, RequestGuard};
 use crate::hedge::{Attempt, Idempotency};
 use crate::mapping::{CubicMapping, IndexMapping};
 use crate::FromRelativeAccuracy;
@@ -31,33 +29,39 @@ pub struct HedgeService<
     S,
     P,
     C = OnResponse,
-    B: HedgeBudget = Budget,
+    B: HedgeBudget + 'static = Budget,
     const T: usize = 1,
-    M: IndexMapping + FromRelativeAccuracy = CubicMapping,
+    M: IndexMapping + FromRelativeAccuracy + 'static = CubicMapping,
 > {
     inner: S,
-    hedger: Arc<SharedHedger<B, T, M>>,
+    hedger: HedgerRef<B, T, M>,
     clock: TokioClock,
     policy: P,
     signal: C,
 }
 
-impl<S, P, C, B: HedgeBudget, const T: usize, M: IndexMapping + FromRelativeAccuracy>
-    HedgeService<S, P, C, B, T, M>
+impl<
+        S,
+        P,
+        C,
+        B: HedgeBudget + 'static,
+        const T: usize,
+        M: IndexMapping + FromRelativeAccuracy + 'static,
+    > HedgeService<S, P, C, B, T, M>
 {
     /// Hedges `inner`'s requests with `hedger`, timed by `clock` (every
     /// request of `hedger` must be timed on one time base: see
     /// [`crate::clock`]).
     pub fn new(
         inner: S,
-        hedger: Arc<SharedHedger<B, T, M>>,
+        hedger: impl Into<HedgerRef<B, T, M>>,
         clock: TokioClock,
         policy: P,
         signal: C,
     ) -> Self {
         Self {
             inner,
-            hedger,
+            hedger: hedger.into(),
             clock,
             policy,
             signal,
@@ -65,7 +69,7 @@ impl<S, P, C, B: HedgeBudget, const T: usize, M: IndexMapping + FromRelativeAccu
     }
 
     /// The hedger (for its statistics).
-    pub fn hedger(&self) -> &Arc<SharedHedger<B, T, M>> {
+    pub fn hedger(&self) -> &HedgerRef<B, T, M> {
         &self.hedger
     }
 
@@ -89,15 +93,15 @@ impl<
         S: Clone,
         P: Clone,
         C: Clone,
-        B: HedgeBudget,
+        B: HedgeBudget + 'static,
         const T: usize,
-        M: IndexMapping + FromRelativeAccuracy,
+        M: IndexMapping + FromRelativeAccuracy + 'static,
     > Clone for HedgeService<S, P, C, B, T, M>
 {
     fn clone(&self) -> Self {
         Self {
             inner: self.inner.clone(),
-            hedger: Arc::clone(&self.hedger),
+            hedger: self.hedger.clone(),
             clock: self.clock,
             policy: self.policy.clone(),
             signal: self.signal.clone(),
@@ -110,8 +114,8 @@ where
     S: Service<Req> + Clone,
     P: Policy<Req, S::Error> + Clone,
     C: CommitSignal<S::Response, S::Error> + Clone,
-    B: HedgeBudget,
-    M: IndexMapping + FromRelativeAccuracy,
+    B: HedgeBudget + 'static,
+    M: IndexMapping + FromRelativeAccuracy + 'static,
 {
     type Response = C::Response;
     type Error = HedgeError<S::Error>;
@@ -144,7 +148,7 @@ where
         } else {
             idempotency
         };
-        let guard = RequestGuard::start(Arc::clone(&self.hedger), self.clock, target, idempotency);
+        let guard = RequestGuard::start(self.hedger.clone(), self.clock, target, idempotency);
         let primary = self.inner.call(request);
         ResponseFuture::new(
             primary,
