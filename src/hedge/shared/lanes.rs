@@ -355,15 +355,31 @@ impl Lanes {
         }
         // Every lane is another thread's: take over the one claimed longest
         // ago. A thread still using it shares it (exact, only slower) or
-        // takes another; a thread that ended leaves it to this one.
+        // takes another; a thread that ended leaves it to this one. Taken
+        // by compare-and-swap, so that threads looking at once take
+        // different lanes.
         let [first_owner, ..] = &self.owners.0;
-        let (oldest, owner) = (0..LANES)
-            .zip(self.owners.0.iter())
-            .min_by_key(|(_, o)| o.claimed.load(Ordering::Relaxed))
-            .unwrap_or((0, first_owner));
-        owner.marker.store(me, Ordering::Relaxed);
-        self.claimed(owner);
-        lane(oldest)
+        for _ in 0..LANES {
+            let (oldest, owner) = (0..LANES)
+                .zip(self.owners.0.iter())
+                .min_by_key(|(_, o)| o.claimed.load(Ordering::Relaxed))
+                .unwrap_or((0, first_owner));
+            let seen = owner.marker.load(Ordering::Relaxed);
+            if seen == me {
+                return lane(oldest);
+            }
+            // Marked recent first: a thread looking at the same moment then
+            // sees another lane as the oldest.
+            self.claimed(owner);
+            if owner
+                .marker
+                .compare_exchange(seen, me, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+            {
+                return lane(oldest);
+            }
+        }
+        lane(start)
     }
 
     /// Notes that `owner`'s lane was just claimed.
