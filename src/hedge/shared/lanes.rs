@@ -56,17 +56,22 @@ pub(crate) struct Sample {
     pub(crate) exact: bool,
 }
 
-/// A lane's samples, taken out to publish.
+/// A lane's samples, being published: read in place under the lane's lock
+/// (nothing is copied: a batch is up to 64 samples).
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct Batch {
-    samples: [Sample; LANE_SAMPLES],
-    len: usize,
+pub(crate) struct Batch<'a> {
+    slots: &'a [Slot],
 }
 
-impl Batch {
+impl<'a> Batch<'a> {
     /// The samples, oldest first.
-    pub(crate) fn samples(&self) -> &[Sample] {
-        self.samples.get(..self.len).unwrap_or(&[])
+    pub(crate) fn iter(&self) -> impl Iterator<Item = Sample> + 'a {
+        self.slots.iter().map(Slot::sample)
+    }
+
+    /// The `i`th sample, if there is one.
+    pub(crate) fn get(&self, i: usize) -> Option<Sample> {
+        self.slots.get(i).map(Slot::sample)
     }
 }
 
@@ -77,6 +82,19 @@ struct Slot {
     elapsed: AtomicU64,
     /// `target << 1 | exact`.
     meta: AtomicUsize,
+}
+
+impl Slot {
+    #[inline]
+    fn sample(&self) -> Sample {
+        let meta = self.meta.load(Ordering::Relaxed);
+        Sample {
+            at: self.at.load(Ordering::Relaxed),
+            elapsed: self.elapsed.load(Ordering::Relaxed),
+            target: meta >> 1,
+            exact: meta & 1 == 1,
+        }
+    }
 }
 
 /// One thread's lane, alone on its cache lines (aligned to 128 bytes:
@@ -208,29 +226,14 @@ impl Locked<'_> {
     }
 
     /// The buffered samples, oldest first, leaving the buffer empty: the
-    /// lane publishes at `now`.
-    pub(crate) fn drain(&self, now: u64) -> Batch {
+    /// lane publishes at `now`. (The samples stay in their slots, read
+    /// through the batch while the lock is held.)
+    pub(crate) fn drain(&self, now: u64) -> Batch<'_> {
         self.lane.published_at.store(now, Ordering::Relaxed);
         let len = self.lane.len.swap(0, Ordering::Relaxed);
-        let mut batch = Batch {
-            samples: [Sample::default(); LANE_SAMPLES],
-            len: 0,
-        };
-        for (to, from) in batch
-            .samples
-            .iter_mut()
-            .zip(self.lane.slots.iter().take(len))
-        {
-            let meta = from.meta.load(Ordering::Relaxed);
-            *to = Sample {
-                at: from.at.load(Ordering::Relaxed),
-                elapsed: from.elapsed.load(Ordering::Relaxed),
-                target: meta >> 1,
-                exact: meta & 1 == 1,
-            };
+        Batch {
+            slots: self.lane.slots.get(..len).unwrap_or(&[]),
         }
-        batch.len = len.min(LANE_SAMPLES);
-        batch
     }
 
     /// The requests counted on this lane whose deposits the budget does
@@ -528,7 +531,7 @@ mod tests {
         let batch = locked.drain(99);
         assert_eq!(locked.published_at(), 99);
         assert_eq!(locked.len(), 0);
-        for (i, s) in (0..).zip(batch.samples()) {
+        for (i, s) in (0..).zip(batch.iter()) {
             assert_eq!(
                 (s.at, s.elapsed, s.target, s.exact),
                 (i, 10 * i, usize::MAX >> 1, i % 2 == 0)

@@ -453,8 +453,7 @@ impl<B: HedgeBudget, const T: usize, M: IndexMapping> SharedHedger<B, T, M> {
     /// came (each window gets its own in one batch), and its deposits to
     /// the budget at `now`.
     fn publish(&self, locked: &Locked<'_>, now: u64) {
-        let taken = locked.drain(now);
-        let batch = taken.samples();
+        let batch = locked.drain(now);
         let lane = locked.lane();
         // Counted as recorded when it was buffered.
         let refused = |exact: bool| {
@@ -466,12 +465,6 @@ impl<B: HedgeBudget, const T: usize, M: IndexMapping> SharedHedger<B, T, M> {
             lane.bump(Stat::SamplesRefused);
         };
         let p = &self.params;
-        let of = |target: usize| {
-            batch
-                .iter()
-                .filter(move |s| s.target == target)
-                .map(|s| (s.at, s.elapsed, s.exact))
-        };
         let all = || batch.iter().map(|s| (s.at, s.elapsed, s.exact));
         if T == 1 {
             // The single window takes every target.
@@ -484,11 +477,13 @@ impl<B: HedgeBudget, const T: usize, M: IndexMapping> SharedHedger<B, T, M> {
             // by the window of its target, or by the aggregate when it has
             // none, is refused.
             for (i, s) in batch.iter().enumerate() {
-                let first = batch
-                    .get(..i)
-                    .is_some_and(|before| before.iter().all(|b| b.target != s.target));
+                let first = batch.iter().take(i).all(|b| b.target != s.target);
                 if let (true, Some(w)) = (first, self.windows.get(s.target)) {
-                    w.record_batch(p, of(s.target), |_, exact| refused(exact));
+                    let of = batch
+                        .iter()
+                        .filter(|b| b.target == s.target)
+                        .map(|b| (b.at, b.elapsed, b.exact));
+                    w.record_batch(p, of, |_, exact| refused(exact));
                 }
             }
             self.aggregate.record_batch(p, all(), |i, exact| {
