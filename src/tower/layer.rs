@@ -11,7 +11,7 @@ use crate::mapping::{CubicMapping, IndexMapping};
 use crate::FromRelativeAccuracy;
 
 /// A [`Layer`] wrapping services in [`HedgeService`]: every service it
-/// makes shares one [`SharedHedger`] (estimates, budget, in-flight cap) and
+/// makes shares one [`SharedHedger`](crate::hedge::SharedHedger) (estimates, budget, in-flight cap) and
 /// one [`TokioClock`].
 #[derive(Debug)]
 pub struct HedgeLayer<

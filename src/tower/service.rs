@@ -14,7 +14,7 @@ use crate::hedge::{Attempt, Idempotency};
 use crate::mapping::{CubicMapping, IndexMapping};
 use crate::FromRelativeAccuracy;
 
-/// A [`Service`] that hedges the requests of `S` with a [`SharedHedger`]
+/// A [`Service`] that hedges the requests of `S` with a [`SharedHedger`](crate::hedge::SharedHedger)
 /// under policy `P`, committing on signal `C`; see the [module
 /// docs](super). Build it with [`HedgeLayer`](super::HedgeLayer).
 ///
