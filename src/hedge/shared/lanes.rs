@@ -161,10 +161,10 @@ impl Lane {
             .counters
             .get(REQUESTS)
             .map_or(0, |c| c.fetch_add(1, Ordering::Relaxed));
-        // `deposited` never passes the count it was read from.
+        // Another thread sharing the lane may have deposited past `before`.
         before
             .wrapping_add(1)
-            .wrapping_sub(self.deposited.load(Ordering::Relaxed))
+            .saturating_sub(self.deposited.load(Ordering::Relaxed))
     }
 
     /// The lane's buffer, unless another thread holds it.
@@ -244,8 +244,11 @@ impl Locked<'_> {
             .counters
             .get(REQUESTS)
             .map_or(0, |c| c.load(Ordering::Relaxed));
-        let before = self.lane.deposited.swap(counted, Ordering::Relaxed);
-        counted.wrapping_sub(before)
+        // Never moved back, and never more than the count read: a count
+        // read stale (older than the one the last taker read) deposits
+        // nothing rather than 2⁶⁴ less a few.
+        let before = self.lane.deposited.fetch_max(counted, Ordering::Relaxed);
+        counted.saturating_sub(before)
     }
 }
 
@@ -553,5 +556,30 @@ mod tests {
         drop(locked);
         assert_eq!(lane.request(), 1);
         assert_eq!(lanes.snapshot().requests, 3);
+    }
+
+    /// A taker whose read of the count is older than the last taker's (a
+    /// stale read, seen under Miri's weak-memory emulation with two
+    /// threads on one lane) once got `count - deposited` wrapped, about
+    /// 2⁶⁴, and deposited it 2³² at a time: the test never ended.
+    #[test]
+    fn a_count_behind_the_deposits_takes_nothing_and_keeps_them() {
+        let lanes = Lanes::new();
+        let lane = lanes.mine();
+        for _ in 0..3 {
+            lane.request();
+        }
+        // As if another thread had taken deposits up to a count of 5.
+        lane.deposited.store(5, Ordering::Relaxed);
+        assert_eq!(lane.request(), 0, "nothing undeposited");
+        let locked = lane.try_lock().unwrap();
+        assert_eq!(locked.take_deposits(), 0);
+        assert_eq!(lane.deposited.load(Ordering::Relaxed), 5, "not moved back");
+        drop(locked);
+        for _ in 0..3 {
+            lane.request();
+        }
+        // Counted 7: two past the deposits.
+        assert_eq!(lane.try_lock().unwrap().take_deposits(), 2);
     }
 }
