@@ -911,7 +911,13 @@ mod tests {
         // down to the limit at a multiple of 2¹⁶ deposits: the balance,
         // capped far below it, does not move.
         let b = RatioBudget::default();
-        traffic(&b, 0, SEC / 2, 65_530);
+        if cfg!(miri) {
+            // The same counts in one bulk deposit (a minute of Miri's time
+            // one at a time).
+            b.on_requests(0, 65_530);
+        } else {
+            traffic(&b, 0, SEC / 2, 65_530);
+        }
         b.consumed
             .store(0u64.wrapping_sub(1 << 50), Ordering::Relaxed);
         let before = b.balance_at(SEC / 2);
@@ -920,7 +926,10 @@ mod tests {
         let (unspent, _) = b.unspent(b.consumed.load(Ordering::Relaxed));
         assert_eq!(unspent, EARNINGS_LIMIT + 4 * 1_500); // 4 deposits after it
         assert_eq!(b.balance_at(SEC / 2), 65_540 * 1_500);
-        assert_eq!(spend(&b, SEC / 2), 65_540 * 1_500 / UNITS_PER_TOKEN);
+        if !cfg!(miri) {
+            // Ten thousand grants: minutes under Miri.
+            assert_eq!(spend(&b, SEC / 2), 65_540 * 1_500 / UNITS_PER_TOKEN);
+        }
     }
 
     #[test]
