@@ -608,6 +608,20 @@ fn counts_are_exact_from_many_threads() {
     } else {
         (4, 4_000)
     };
+    exact_counts(threads, per);
+}
+
+/// Twice as many threads as lanes: lanes are shared and taken over while
+/// their threads still use them, and every count stays exact.
+#[test]
+#[cfg_attr(miri, ignore)] // sixteen threads: hours under Miri
+fn counts_are_exact_with_more_threads_than_lanes() {
+    exact_counts(16, 1_500);
+}
+
+/// `threads` threads send `per` requests each to two targets, a third of
+/// them hedged; the hedger's and the budget's counts must be exact.
+fn exact_counts(threads: u64, per: u64) {
     let config = HedgeConfig::DEFAULT.prior_delay_ns(MS).min_samples(5);
     let h: SharedHedger<Budget, 2> = SharedHedger::with_budget(config, Budget::default()).unwrap();
     std::thread::scope(|s| {
