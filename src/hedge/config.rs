@@ -46,7 +46,9 @@ pub struct HedgeConfig {
     /// A window also rotates as soon as its current half holds this many
     /// samples, so that at high rates the delay follows a change within
     /// seconds. Default `None`: [`Rotation::samples_for_quantile`] of
-    /// `quantile` (1 000 at p90, 10 000 at p99).
+    /// `quantile` (1 000 at p90, 10 000 at p99). Never fewer than
+    /// `min_samples` (a smaller count rotates at `min_samples`): a window
+    /// rotating sooner could never hold enough answers to be trusted.
     pub rotation_samples: Option<u64>,
     /// The longest latency that can be real: an elapsed time above it (a
     /// timestamp from another clock, a jump of the clock) is refused and
@@ -263,9 +265,12 @@ impl HedgeConfig {
         Rotation {
             period_ns: self.rotation_period_ns,
             min_samples: self.min_samples,
+            // Never below `min_samples`: a half rotated out full holds
+            // enough answers to warm the window (when few were censored).
             max_samples: self
                 .rotation_samples
-                .unwrap_or_else(|| Rotation::samples_for_quantile(self.quantile)),
+                .unwrap_or_else(|| Rotation::samples_for_quantile(self.quantile))
+                .max(self.min_samples),
         }
     }
 
@@ -330,6 +335,16 @@ pub enum ConfigError {
     ZeroInFlight,
     /// A deadline of 0 would give up every request at once.
     ZeroDeadline,
+    /// [`SharedHedger`](super::SharedHedger) only: its fixed key range
+    /// (1 024 buckets a side, ending at `max_sample_ns`) reaches down to
+    /// `floor_ns` only, above 1 µs and above what `min_delay_ns` lets the
+    /// delay go down to, so delays below it would be guesses. Raise
+    /// `relative_accuracy`, lower `max_sample_ns`, or raise `min_delay_ns`
+    /// (see [`SharedHedger::key_floor_ns`](super::SharedHedger::key_floor_ns)).
+    SharedKeyRange {
+        /// The smallest sample the shared windows key exactly.
+        floor_ns: u64,
+    },
 }
 
 impl fmt::Display for ConfigError {
@@ -352,6 +367,10 @@ impl fmt::Display for ConfigError {
                 "max_hedges_in_flight is 0; disable hedging with max_hedges(0), or allow at least 1",
             ),
             Self::ZeroDeadline => f.write_str("the request deadline is 0 ns; give a positive timeout or none"),
+            Self::SharedKeyRange { floor_ns } => write!(
+                f,
+                "a shared hedger's 1 024 buckets reach down to {floor_ns} ns only; raise relative_accuracy, lower max_sample_ns, or raise min_delay_ns to at least that"
+            ),
         }
     }
 }

@@ -32,8 +32,10 @@ impl InFlight {
     }
 
     fn epoch(&self, t: u64) -> u64 {
-        // `slot_ns` is at least 1.
-        t.checked_div(self.slot_ns).unwrap_or(t)
+        // `slot_ns` is at least 1. Never `u64::MAX`, the empty slot's mark
+        // (reached with 1 ns slots at `t = u64::MAX`): the last two
+        // nanoseconds share a slot instead.
+        t.checked_div(self.slot_ns).unwrap_or(t).min(u64::MAX - 1)
     }
 
     fn slot(epoch: u64) -> usize {

@@ -13,8 +13,12 @@
 //!   cubic one by default, through its integer entry point `index_u64`;
 //!   α = [`relative_accuracy`](HedgeConfig::relative_accuracy)), ending at
 //!   [`max_sample_ns`](HedgeConfig::max_sample_ns): 10 min down to
-//!   0.75 µs at the defaults, smaller keys collapsed into the first
-//!   bucket. Recording a sample is a relaxed `fetch_add` on its bucket and
+//!   0.75 µs at the defaults ([`key_floor_ns`](SharedHedger::key_floor_ns)),
+//!   smaller keys collapsed into the first bucket. A configuration whose
+//!   range stops above 1 µs and above the minimum delay is refused
+//!   ([`ConfigError::SharedKeyRange`]): at α = 0.5 % the buckets span
+//!   only 28 000×, so pair a finer α with a shorter `max_sample_ns`.
+//!   Recording a sample is a relaxed `fetch_add` on its bucket and
 //!   one on its side's count. Refreshing the cached delay (every 1/32 new
 //!   samples, and at rotation) and rotating are done by whichever thread
 //!   wins a try-lock flag — nobody waits for it; losers skip the work,
@@ -91,9 +95,9 @@
 //! `Hedger<usize, B, T>` given the same events decides, and computes the
 //! same delays (with batches, the same delays after each publication),
 //! with two documented exceptions: samples below the fixed
-//! key range (under 0.75 µs at the defaults, while the window also holds
-//! samples near `max_sample_ns`) collapse into its first bucket where the
-//! sketch's range would have followed its largest samples, and in-flight
+//! key range (under [`key_floor_ns`](SharedHedger::key_floor_ns), 0.75 µs
+//! at the defaults) share its first bucket, where the sketch's range
+//! follows the samples (it collapses only once its span is full), and in-flight
 //! epochs are compared modulo 2⁴⁰ slots (see below). `tests/hedge_shared.rs`
 //! drives both with random event sequences and compares every outcome.
 //!
@@ -157,6 +161,10 @@ use window::{AtomicWindow, Params};
 /// thread records slowly, and batching would only delay the estimate.
 const MAX_WAIT_NS: u64 = 1_000_000;
 
+/// The key range must reach down to 1 µs (or to the minimum delay):
+/// shorter samples may share its first bucket.
+const MAX_KEY_FLOOR_NS: u64 = 1_000;
+
 /// Hedge state shared by every thread: all events take `&self`; see the
 /// module docs.
 ///
@@ -166,8 +174,9 @@ const MAX_WAIT_NS: u64 = 1_000_000;
 ///   [`LogLinearMapping`](crate::LogLinearMapping) keys samples in integer
 ///   operations only. The 1 024 buckets a side end at `max_sample_ns`: at
 ///   α = 1 % the log-linear mapping's span 2¹⁶ (9 ms to the default 10
-///   min; shorter samples share the lowest bucket), so take α = 2 % with
-///   it (2³²: 140 ns to 10 min).
+///   min, refused unless the minimum delay is at least that: see
+///   [`key_floor_ns`](Self::key_floor_ns)), so take α = 2 % with it (2³²:
+///   140 ns to 10 min).
 ///
 /// `Send + Sync` (every budget is).
 #[derive(Debug)]
@@ -191,7 +200,8 @@ impl SharedHedger {
     /// A single-target shared hedger with the default ratio budget.
     ///
     /// # Errors
-    /// The first problem [`HedgeConfig::validate`] finds.
+    /// The first problem [`HedgeConfig::validate`] finds, or
+    /// [`ConfigError::SharedKeyRange`] (see [`key_floor_ns`](SharedHedger::key_floor_ns)).
     pub fn new(config: HedgeConfig) -> Result<Self, ConfigError> {
         Self::with_budget(config, Budget::default())
     }
@@ -203,16 +213,22 @@ impl<B: HedgeBudget, const T: usize, M: IndexMapping + FromRelativeAccuracy> Sha
     /// A shared hedger whose targets all share `budget`.
     ///
     /// # Errors
-    /// The first problem [`HedgeConfig::validate`] finds.
+    /// The first problem [`HedgeConfig::validate`] finds, or
+    /// [`ConfigError::SharedKeyRange`] (see [`key_floor_ns`](SharedHedger::key_floor_ns)).
     pub fn with_budget(config: HedgeConfig, budget: B) -> Result<Self, ConfigError> {
         let () = Self::HAS_TARGETS;
         config.validate()?;
         let mapping = M::from_relative_accuracy(config.relative_accuracy)
             .map_err(|_| ConfigError::RelativeAccuracy(config.relative_accuracy))?;
         let rotation = config.rotation();
+        let params = Params::new(mapping, config.max_sample_ns, rotation, config.quantile);
+        let floor_ns = params.floor_ns();
+        if floor_ns > MAX_KEY_FLOOR_NS && config.scale(floor_ns) > config.min_delay_ns {
+            return Err(ConfigError::SharedKeyRange { floor_ns });
+        }
         Ok(Self {
             config,
-            params: Params::new(mapping, config.max_sample_ns, rotation, config.quantile),
+            params,
             budget,
             windows: core::array::from_fn(|_| AtomicWindow::new()),
             aggregate: AtomicWindow::new(),
@@ -237,6 +253,29 @@ impl<B: HedgeBudget, const T: usize, M: IndexMapping> SharedHedger<B, T, M> {
     /// Samples a thread publishes at a time (see [`with_batch`](Self::with_batch)).
     pub fn batch(&self) -> usize {
         self.batch
+    }
+
+    /// The smallest sample the windows key exactly: their 1 024 buckets a
+    /// side end at [`max_sample_ns`](HedgeConfig::max_sample_ns), and
+    /// shorter samples share the first bucket. At most 1 µs, or at most
+    /// what [`min_delay_ns`](HedgeConfig::min_delay_ns) keeps the delay
+    /// above: a configuration whose floor is higher is refused with
+    /// [`ConfigError::SharedKeyRange`]. 0.75 µs at the defaults.
+    ///
+    /// ```
+    /// use tailguard::hedge::{ConfigError, HedgeConfig, SharedHedger};
+    ///
+    /// assert!(SharedHedger::new(HedgeConfig::DEFAULT)?.key_floor_ns() < 1_000);
+    /// // α = 0.5 %: the buckets span 28 000×, 21 ms to 10 min...
+    /// let fine = HedgeConfig::DEFAULT.relative_accuracy(0.005);
+    /// assert!(matches!(SharedHedger::new(fine), Err(ConfigError::SharedKeyRange { .. })));
+    /// // ...or 0.36 ms to 10 s, under the default 1 ms minimum delay.
+    /// let fine = fine.max_sample_ns(10_000_000_000);
+    /// assert!(SharedHedger::new(fine)?.key_floor_ns() < 1_000_000);
+    /// # Ok::<(), ConfigError>(())
+    /// ```
+    pub fn key_floor_ns(&self) -> u64 {
+        self.params.floor_ns()
     }
 
     /// Starts a request to `target` at `now`: the caller sends the primary

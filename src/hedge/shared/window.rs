@@ -95,6 +95,13 @@ impl<M: IndexMapping> Params<M> {
         }
     }
 
+    /// The smallest sample keyed exactly (rounded down): smaller ones
+    /// share the first bucket.
+    pub(crate) fn floor_ns(&self) -> u64 {
+        // `as` saturates; the bound is positive.
+        self.mapping.lower_bound(self.low) as u64
+    }
+
     /// The bucket of key `key`.
     #[inline]
     fn slot(&self, key: i32) -> usize {

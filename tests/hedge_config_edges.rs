@@ -1,0 +1,155 @@
+//! Configurations at their edges, as clients set them: every configuration
+//! a hedger accepts must work as documented, and one that cannot gets a
+//! typed error instead of a quietly wrong delay.
+//!
+//! * `SharedHedger`'s fixed key range (1 024 buckets a side, ending at
+//!   `max_sample_ns`) must reach down to the delays it can give;
+//! * a window must be able to warm whatever `rotation_samples` and
+//!   `min_samples` say;
+//! * the in-flight cap holds at the last nanosecond of time, whatever the
+//!   lease.
+
+mod support;
+
+use support::{MS, SEC};
+use tailguard::budget::Budget;
+use tailguard::hedge::{
+    Attempt, ConfigError, HedgeConfig, Hedger, Idempotency, SharedHedger, TimerAction,
+};
+
+const IDEMPOTENT: Idempotency = Idempotency::Idempotent;
+
+/// Mostly 1–10 ms, every hundredth 100 ms (true p90 about 9 ms).
+fn latency(i: u64) -> u64 {
+    if i % 100 == 99 {
+        100 * MS
+    } else {
+        (1 + i % 10) * MS
+    }
+}
+
+/// Both hedgers after the same `n` requests, 10 ms apart, unhedged (the
+/// budget never grants): their delays at the end.
+fn delays_after(config: HedgeConfig, n: u64) -> (Option<u64>, Option<u64>) {
+    let mut plain: Hedger = Hedger::with_budget(config, Budget::Never).unwrap();
+    let shared: SharedHedger = SharedHedger::with_budget(config, Budget::Never)
+        .unwrap()
+        .with_batch(1);
+    let mut t = SEC;
+    for i in 0..n {
+        let mut a = plain.start((), t, IDEMPOTENT);
+        plain.on_commit(&mut a, Attempt::PRIMARY, t + latency(i));
+        let mut b = shared.start(0, t, IDEMPOTENT);
+        shared.on_commit(&mut b, Attempt::PRIMARY, t + latency(i));
+        t += 10 * MS;
+    }
+    (plain.delay_ns(&(), t), shared.delay_ns(0, t))
+}
+
+#[test]
+fn a_shared_key_range_that_misses_the_delays_is_refused() {
+    for config in [
+        HedgeConfig::DEFAULT.relative_accuracy(0.005),
+        HedgeConfig::DEFAULT.relative_accuracy(0.001),
+        HedgeConfig::DEFAULT.max_sample_ns(u64::MAX),
+        HedgeConfig::DEFAULT.max_sample_ns(365 * 24 * 3_600 * SEC),
+    ] {
+        match SharedHedger::new(config) {
+            Err(ConfigError::SharedKeyRange { floor_ns }) => {
+                assert!(floor_ns > config.min_delay_ns, "{config:?}: {floor_ns}");
+            }
+            other => panic!("{config:?}: {:?}", other.map(|h| h.delay_ns(0, 0))),
+        }
+        // The same configuration is fine for `Hedger`, whose sketch
+        // follows its samples.
+        assert!(Hedger::new(config).is_ok());
+    }
+}
+
+/// The class: every configuration `SharedHedger` accepts gives `Hedger`'s
+/// delay (within the two windows' accuracy), and the grid holds both
+/// accepted and refused ones.
+#[test]
+fn every_accepted_shared_key_range_gives_the_hedgers_delay() {
+    let (mut accepted, mut refused) = (0, 0);
+    for alpha in [0.002, 0.005, 0.01, 0.02, 0.05] {
+        for max_sample in [
+            20 * MS,
+            10 * SEC,
+            600 * SEC,
+            365 * 24 * 3_600 * SEC,
+            u64::MAX,
+        ] {
+            for min_delay in [0, 10_000, MS] {
+                let config = HedgeConfig::DEFAULT
+                    .relative_accuracy(alpha)
+                    .max_sample_ns(max_sample)
+                    .min_delay_ns(min_delay);
+                if SharedHedger::new(config).is_err() {
+                    refused += 1;
+                    continue;
+                }
+                accepted += 1;
+                let (plain, shared) = delays_after(config, 1_000);
+                let (plain, shared) = (plain.unwrap() as f64, shared.unwrap() as f64);
+                assert!(
+                    (shared / plain - 1.0).abs() <= 2.0 * alpha,
+                    "α {alpha}, max {max_sample}, min delay {min_delay}: \
+                     Hedger {plain} ns, SharedHedger {shared} ns"
+                );
+            }
+        }
+    }
+    assert!(
+        accepted >= 20 && refused >= 10,
+        "{accepted} accepted, {refused} refused"
+    );
+}
+
+#[test]
+fn a_rotation_shorter_than_min_samples_still_warms() {
+    for config in [
+        HedgeConfig::DEFAULT.rotation_samples(9),
+        HedgeConfig::DEFAULT.rotation_samples(15),
+        HedgeConfig::DEFAULT.min_samples(5_000),
+    ] {
+        let (plain, shared) = delays_after(config, 12_000);
+        for (who, delay) in [("Hedger", plain), ("SharedHedger", shared)] {
+            let delay = delay.unwrap_or_else(|| panic!("{who} never warmed: {config:?}"));
+            // The p90 of 1..=10 ms (and 1 % at 100 ms): 9 or 10 ms.
+            assert!(
+                (8_900_000..=10_100_000).contains(&delay),
+                "{who}: {delay} ns, {config:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_lease_of_a_few_nanoseconds_caps_hedges_at_the_end_of_time() {
+    for lease in [1, 4, 7] {
+        let config = HedgeConfig::DEFAULT
+            .prior_delay_ns(1)
+            .min_delay_ns(0)
+            .max_hedges_in_flight(1)
+            .in_flight_lease_ns(lease);
+        let mut plain: Hedger = Hedger::with_budget(config, Budget::Unlimited).unwrap();
+        let shared: SharedHedger = SharedHedger::with_budget(config, Budget::Unlimited).unwrap();
+        let (mut sent_plain, mut sent_shared) = (0, 0);
+        let mut held = Vec::new();
+        for _ in 0..5 {
+            let mut a = plain.start((), u64::MAX - 1, IDEMPOTENT);
+            if let TimerAction::SendHedge(_) = plain.on_timer(&mut a, u64::MAX) {
+                sent_plain += 1;
+            }
+            let mut b = shared.start(0, u64::MAX - 1, IDEMPOTENT);
+            if let TimerAction::SendHedge(_) = shared.on_timer(&mut b, u64::MAX) {
+                sent_shared += 1;
+            }
+            held.push((a, b));
+        }
+        assert_eq!((sent_plain, sent_shared), (1, 1), "lease {lease}");
+        assert_eq!(plain.hedges_in_flight(u64::MAX), 1, "lease {lease}");
+        assert_eq!(shared.hedges_in_flight(u64::MAX), 1, "lease {lease}");
+    }
+}
