@@ -14,7 +14,7 @@ use tailguard::wire::{
     ddsketch_encoded_len, ddsketch_max_encoded_len, decode_ddsketch, decode_ddsketch_into,
     encode_ddsketch, Convention, DecodeError, DecodeReport, EncodeError, WireMapping,
 };
-use tailguard::{DDSketch, IndexMapping, SignedSketch};
+use tailguard::{DDSketch, IndexMapping, SignedSketch, SketchError};
 
 type Signed<M> = SignedSketch<M, CollapsingLowestStore<4096>>;
 
@@ -126,6 +126,74 @@ fn every_mapping_round_trips_in_both_conventions() {
     // A fractional index offset, as libdd-ddsketch writes.
     round_trip(LogarithmicMapping::with_gamma(1.02, 1234.5).unwrap());
     round_trip(CubicMapping::with_gamma(1.03, -77.25).unwrap());
+}
+
+/// Python's bytes carry the textbook γ, `(1+α)/(1−α)`, a hair wider than
+/// the mapping's own: decoded, the keys are the same but the mapping is
+/// not, so the result does not merge with sketches of the original
+/// configuration. Decode into the decoded mapping, or use Go/Java bytes.
+fn python_round_trip_changes_the_mapping<M: WireMapping>(m: M) {
+    let mut s = Signed::with_mapping(m);
+    s.add_all(&data()).unwrap();
+    let bytes = encode(&s, Convention::Python);
+    let back: Signed<M> = decode(&bytes, Convention::Python);
+    assert_eq!(bins(back.positive_store()), bins(s.positive_store()));
+    assert_eq!(bins(back.negative_store()), bins(s.negative_store()));
+    assert_ne!(back.mapping(), s.mapping());
+    assert!(back.mapping().gamma() > s.mapping().gamma());
+    assert!(back.mapping().relative_accuracy() > s.mapping().relative_accuracy());
+    let mut local = Signed::with_mapping(m);
+    assert_eq!(
+        decode_ddsketch_into(&mut local, &bytes, Convention::Python),
+        Err(DecodeError::MappingMismatch)
+    );
+    assert_eq!(local.merge(&back), Err(SketchError::MappingMismatch));
+    // Instead: a fresh sketch over the decoded mapping takes more Python
+    // bytes of the same origin...
+    let mut same = Signed::with_mapping(*back.mapping());
+    decode_ddsketch_into(&mut same, &bytes, Convention::Python).unwrap();
+    assert_eq!(same.count(), s.count());
+    // ...and Go/Java bytes merge into the original configuration.
+    let go = encode(&s, Convention::GoJava);
+    decode_ddsketch_into(&mut local, &go, Convention::GoJava).unwrap();
+    assert_eq!(local.count(), s.count());
+}
+
+#[test]
+fn a_python_round_trip_keeps_the_keys_not_the_mapping() {
+    for alpha in [0.001, 0.01, 0.05] {
+        python_round_trip_changes_the_mapping(LogarithmicMapping::new(alpha).unwrap());
+        python_round_trip_changes_the_mapping(CubicMapping::new(alpha).unwrap());
+        python_round_trip_changes_the_mapping(LinearMapping::new(alpha).unwrap());
+    }
+    let mut s = Signed::with_mapping(LogarithmicMapping::new(0.01).unwrap());
+    s.add(1.0).unwrap();
+    let back: Signed<LogarithmicMapping> =
+        decode(&encode(&s, Convention::Python), Convention::Python);
+    let alpha = back.mapping().relative_accuracy();
+    assert!((alpha - 0.010000000017683).abs() < 1e-15, "{alpha}");
+    // Each Python round trip widens the mapping again.
+    let again: Signed<LogarithmicMapping> =
+        decode(&encode(&back, Convention::Python), Convention::Python);
+    assert!(again.mapping().relative_accuracy() > alpha);
+    assert_ne!(again.mapping(), back.mapping());
+    // Mappings whose γ both conventions write exactly come back equal.
+    for m in [
+        LogLinearMapping::new(0.01).unwrap(),
+        LogLinearMapping::with_bits(3, 0).unwrap(),
+    ] {
+        let mut s = Signed::with_mapping(m);
+        s.add_all(&data()).unwrap();
+        let back: Signed<LogLinearMapping> =
+            decode(&encode(&s, Convention::Python), Convention::Python);
+        assert_eq!(back.mapping(), s.mapping());
+    }
+    let m = tailguard::mapping::ExponentialMapping::new(6).unwrap();
+    let mut s = Signed::with_mapping(m);
+    s.add_all(&[1.0, 2.0, 1e-3]).unwrap();
+    let back: Signed<tailguard::mapping::ExponentialMapping> =
+        decode(&encode(&s, Convention::Python), Convention::Python);
+    assert_eq!(back.mapping(), s.mapping());
 }
 
 #[test]
@@ -358,6 +426,90 @@ fn counts_are_rounded_and_overflow_is_reported() {
     assert_eq!(
         log_sketch(&msg).unwrap().0.zero_count(),
         18_000_000_000_000_000_000
+    );
+}
+
+/// The zero count is a `u64`: what a wire count has beyond `u64::MAX` is
+/// reported in `overflow`, as what a bucket count has beyond `u32::MAX`
+/// is; decoding into a sketch, so is what its zero count has no room for.
+#[test]
+fn a_zero_count_beyond_u64_is_reported_as_overflow() {
+    let zeros = |count: f64| {
+        let mut msg = Vec::new();
+        len(&mut msg, 1, &mapping_msg(G, 0.0, 0));
+        double(&mut msg, 4, count);
+        msg
+    };
+    let below = 2f64.powi(64).next_down(); // 2^64 − 2048
+    for (count, zero_count, overflow) in [
+        (1e30, u64::MAX, u64::MAX),
+        (f64::MAX, u64::MAX, u64::MAX),
+        (2f64.powi(64), u64::MAX, 1),
+        (below, below as u64, 0),
+        (1.8e19, 18_000_000_000_000_000_000, 0),
+    ] {
+        let (s, report) = log_sketch(&zeros(count)).unwrap();
+        assert_eq!(
+            (s.zero_count(), report),
+            (
+                zero_count,
+                DecodeReport {
+                    rounded: 0,
+                    overflow
+                }
+            ),
+            "zero count {count:e}"
+        );
+    }
+    // Non-integral: rounded, as bucket counts are.
+    let (s, report) = log_sketch(&zeros(2.5)).unwrap();
+    assert_eq!((s.zero_count(), report.rounded, report.overflow), (3, 1, 0));
+    // Into a sketch whose zero count has less room than the message holds.
+    let (mut s, _) = log_sketch(&zeros(1.8e19)).unwrap();
+    let report = decode_ddsketch_into(&mut s, &zeros(1.8e19), Convention::GoJava).unwrap();
+    assert_eq!(s.zero_count(), u64::MAX);
+    assert_eq!(
+        u128::from(report.overflow),
+        36_000_000_000_000_000_000 - u128::from(u64::MAX)
+    );
+    // Bucket counts' overflow is exact too, however large.
+    let mut store = Vec::new();
+    len(&mut store, 2, &packed(&[2f64.powi(60)]));
+    let mut msg = Vec::new();
+    len(&mut msg, 1, &mapping_msg(G, 0.0, 0));
+    len(&mut msg, 2, &store);
+    let (_, report) = log_sketch(&msg).unwrap();
+    assert_eq!(report.overflow, (1 << 60) - u64::from(u32::MAX));
+}
+
+/// Counts are doubles on the wire: a zero count above 2^53 is written as
+/// the nearest double, and a saturated one (`u64::MAX`) as 2^64, which
+/// decodes back to `u64::MAX` with an overflow of one.
+#[test]
+fn zero_counts_above_2_pow_53_are_written_as_the_nearest_double() {
+    let mut msg = Vec::new();
+    len(&mut msg, 1, &mapping_msg(G, 0.0, 0));
+    double(&mut msg, 4, 2f64.powi(53));
+    let (mut s, _) = log_sketch(&msg).unwrap();
+    s.add(0.0).unwrap();
+    assert_eq!(s.zero_count(), (1 << 53) + 1);
+    let (back, report) = log_sketch(&encode(&s, Convention::GoJava)).unwrap();
+    assert_eq!(
+        (back.zero_count(), report),
+        (1 << 53, DecodeReport::default())
+    );
+    let mut msg = Vec::new();
+    len(&mut msg, 1, &mapping_msg(G, 0.0, 0));
+    double(&mut msg, 4, 1e30);
+    let (s, _) = log_sketch(&msg).unwrap();
+    let (back, report) = log_sketch(&encode(&s, Convention::GoJava)).unwrap();
+    assert_eq!(back.zero_count(), u64::MAX);
+    assert_eq!(
+        report,
+        DecodeReport {
+            rounded: 0,
+            overflow: 1
+        }
     );
 }
 

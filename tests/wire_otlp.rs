@@ -326,3 +326,49 @@ fn export_requests_decode_as_opentelemetry_would() {
     let rm = &request.resource_metrics[0];
     assert!(rm.resource.is_none() && rm.scope_metrics[0].scope.is_none());
 }
+
+/// Samples that saturation dropped are in the sketch's sum and not in its
+/// count: the exported sum is that of the counted samples, so that
+/// `sum / count` is the sketch's mean. Without saturation it is the
+/// sketch's sum, bit for bit.
+#[test]
+fn a_saturated_bucket_leaves_sum_over_count_at_the_mean() {
+    let decoded = |h: &ExponentialHistogram<'_, _, _>| {
+        let mut buf = vec![0u8; otlp_data_point_len(h, &OtlpPoint::default())];
+        encode_otlp_data_point(h, &OtlpPoint::default(), &mut buf).unwrap();
+        ExponentialHistogramDataPoint::decode(buf.as_slice()).unwrap()
+    };
+    let mut s = DDSketch::<ExponentialMapping>::with_accuracy(0.01).unwrap();
+    s.add(4.2e6).unwrap();
+    s.add_weighted(1.0, u32::MAX).unwrap();
+    s.add_weighted(1.0, u32::MAX).unwrap();
+    assert_eq!(s.saturated(), u64::from(u32::MAX));
+    let h = ExponentialHistogram::new(&s);
+    assert_eq!(h.count(), 1 << 32);
+    let sum = h.sum().unwrap();
+    let consumer = sum / h.count() as f64;
+    let mean = s.mean().unwrap();
+    assert!(
+        (consumer - mean).abs() <= 2.0 * f64::EPSILON * mean,
+        "sum {sum}, count {}: mean {consumer}, the sketch's {mean}",
+        h.count()
+    );
+    assert!((consumer - 1.0).abs() < 1e-3, "{consumer}");
+    let pb = decoded(&h);
+    assert_eq!(pb.count, h.count());
+    assert_eq!(pb.sum.map(f64::to_bits), Some(sum.to_bits()));
+    assert_eq!((pb.min, pb.max), (Some(1.0), Some(4.2e6)));
+    let buckets: u64 = pb.positive.iter().flat_map(|b| &b.bucket_counts).sum();
+    assert_eq!(pb.count, pb.zero_count + buckets);
+
+    // No saturation: the sketch's sum, unchanged.
+    let mut t = DDSketch::<ExponentialMapping>::with_accuracy(0.01).unwrap();
+    t.add(4.2e6).unwrap();
+    t.add_weighted(1e5, u32::MAX).unwrap();
+    t.add_all(&[7e4, 3e5, 2e6]).unwrap();
+    assert!(t.collapse().is_none());
+    assert_eq!(t.saturated(), 0);
+    let h = ExponentialHistogram::new(&t);
+    assert_eq!(h.sum().map(f64::to_bits), t.sum().map(f64::to_bits));
+    assert_eq!(decoded(&h).sum.map(f64::to_bits), t.sum().map(f64::to_bits));
+}

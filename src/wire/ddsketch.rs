@@ -245,6 +245,10 @@ pub fn ddsketch_encoded_len<M: WireMapping, P: Store, N: Store>(
 /// offset and interpolation.
 /// Default values are left out, as protobuf's canonical encoding does. The
 /// format has no minimum, maximum or sum: they do not travel.
+/// Counts are doubles: bucket counts (`u32`) are exact, but a zero count
+/// above 2^53 is written as the nearest double (off by up to 1 024), and
+/// a saturated one, `u64::MAX`, as 2^64, which decodes back to
+/// `u64::MAX` with a [`DecodeReport::overflow`] of 1.
 /// [`ddsketch_encoded_len`] gives the exact length,
 /// [`ddsketch_max_encoded_len`] a bound for a sketch type.
 ///
@@ -287,17 +291,30 @@ pub fn encode_ddsketch<M: WireMapping, P: Store, N: Store>(
 }
 
 /// What decoding had to approximate.
+///
+/// Counts are doubles on the wire, so a count above 2^53 is whatever
+/// double the producer rounded it to: such counts do not survive the
+/// format exactly, and nothing here can tell. (This crate's bucket counts
+/// are `u32` and travel exactly; its zero count, a `u64`, is written as
+/// the nearest double, see [`encode_ddsketch`].)
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub struct DecodeReport {
     /// Counts that were not integers and were rounded to the nearest
     /// (half away from zero); a count below one half is dropped.
     pub rounded: u64,
-    /// Samples beyond `u32::MAX` in single bucket counts of the input:
-    /// such a count fills its bucket and the rest is dropped, as the store
-    /// drops what would overflow a counter. Not part of the sketch's
-    /// [`saturated`](DDSketch::saturated), which counts what overflowed
-    /// while adding (e.g. a key present in both encodings).
+    /// Samples that were dropped because their count does not fit, exactly
+    /// (`u64::MAX` when more):
+    ///
+    /// * beyond `u32::MAX` in single bucket counts of the input: such a
+    ///   count fills its bucket and the rest is dropped, as the store drops
+    ///   what would overflow a counter. Not part of the sketch's
+    ///   [`saturated`](DDSketch::saturated), which counts what overflowed
+    ///   while adding (e.g. a key present in both encodings);
+    /// * beyond `u64::MAX` in the zero count, a `u64`: the input's
+    ///   `zeroCount` (1e30 reports `u64::MAX`, exactly 2^64 reports 1) and,
+    ///   for [`decode_ddsketch_into`], what the sketch's zero count had no
+    ///   room left for (the sketch keeps no tally of that).
     pub overflow: u64,
 }
 
@@ -636,17 +653,27 @@ fn add_bucket<M: IndexMapping, P: Store, N: Store>(
     let k = i32::try_from(key).map_err(|_| DecodeError::KeyOutOfRange(key))?;
     let magnitude = representative(sketch.mapping(), k);
     let value = if negative { -magnitude } else { magnitude };
-    let full = f64::from(u32::MAX);
-    let weight = if n > full {
-        // `as` saturates: counts past 2^64 report u64::MAX.
-        report.overflow = report.overflow.saturating_add((n - full) as u64);
-        u32::MAX
-    } else {
-        n as u32
-    };
+    let (weight, beyond) = fit(n, u64::from(u32::MAX));
+    report.overflow = report.overflow.saturating_add(beyond);
+    // At most `u32::MAX`.
+    let weight = u32::try_from(weight).unwrap_or(u32::MAX);
     sketch
         .add_weighted(value, weight)
         .map_err(|_| DecodeError::KeyOutOfRange(key))
+}
+
+/// A count (a checked, rounded integer) split into what fits `room` and
+/// the rest, both exact (`u64::MAX` for a rest past it).
+fn fit(n: f64, room: u64) -> (u64, u64) {
+    // An integral double below 2^128 converts exactly; `as` saturates
+    // above, where the rest saturates anyway.
+    let n = n as u128;
+    let kept = n.min(u128::from(room));
+    let rest = n.saturating_sub(kept);
+    (
+        u64::try_from(kept).unwrap_or(u64::MAX),
+        u64::try_from(rest).unwrap_or(u64::MAX),
+    )
 }
 
 /// Adds `n` samples to the zero bucket: `u32` weights at a time would take
@@ -721,7 +748,11 @@ fn apply<M: IndexMapping, P: Store, N: Store>(
         if n != scan.zero_count {
             report.rounded = report.rounded.saturating_add(1);
         }
-        add_zeros(sketch, n as u64);
+        // The zero count saturates at u64::MAX and keeps no tally of what
+        // it drops: reported here.
+        let (kept, beyond) = fit(n, u64::MAX.saturating_sub(sketch.zero_count()));
+        report.overflow = report.overflow.saturating_add(beyond);
+        add_zeros(sketch, kept);
     } else if scan.zero_count != 0.0 {
         report.rounded = report.rounded.saturating_add(1);
     }
@@ -749,7 +780,9 @@ fn apply<M: IndexMapping, P: Store, N: Store>(
 ///   ([`InvalidCount`](DecodeError::InvalidCount)); others are rounded to
 ///   the nearest integer (counted in [`DecodeReport::rounded`]); a bucket
 ///   count above `u32::MAX` fills the bucket and the rest is counted in
-///   [`DecodeReport::overflow`]; the zero count is a `u64`, up to `2^64`.
+///   [`DecodeReport::overflow`]; the zero count is a `u64`: it holds up to
+///   `2^64 − 1` and the rest is counted in [`DecodeReport::overflow`] too.
+///   Counts above 2^53 are only as exact as the producer's doubles.
 /// * **Capacity**: every bucket is added to the sketch with its weight, at
 ///   its representative value, so a sketch too small for the input
 ///   collapses exactly as adding the samples would: check
@@ -806,6 +839,16 @@ pub fn decode_ddsketch<M: WireMapping, P: Store, N: Store>(
 ///
 /// The whole message is checked before the first bucket is added: on any
 /// error the sketch is unchanged.
+///
+/// Under [`Convention::Python`] the mapping does not survive a round
+/// trip: bytes that a sketch of `DDSketch::new(α)` (or any log-like mapping
+/// built from α) wrote for Python carry the textbook γ, slightly wider than
+/// the mapping's own, so decoding them into a sketch of that same
+/// configuration returns [`MappingMismatch`](DecodeError::MappingMismatch)
+/// (the keys are unchanged; see [`Convention`]). Decode the first message
+/// with [`decode_ddsketch`], or into `DDSketch::with_mapping` of its
+/// mapping, and merge the others into that; between tailguard peers
+/// encode with [`Convention::GoJava`], whose mapping comes back equal.
 ///
 /// ```
 /// use tailguard::DDSketch;

@@ -19,7 +19,10 @@ use core::fmt;
 ///   [`zero_threshold`](Self::zero_threshold) is the largest subnormal.
 /// * `count` is the sum of every bucket and the zero count; `min` and `max`
 ///   are exact; `sum` is left out when a sample was negative, as the OTLP
-///   definition asks.
+///   definition asks, and is that of the counted samples: if a bucket
+///   saturated, the sketch's sum less the dropped samples' share, so that
+///   `sum / count` is the sketch's [`mean`](DDSketch::mean) (see
+///   [`sum`](Self::sum)).
 /// * A collapsed store reports its collapsed bucket as the sketch does: the
 ///   samples folded into it are counted there (see
 ///   [`DDSketch::collapse`]).
@@ -84,11 +87,46 @@ impl<'a, P: Store, N: Store> ExponentialHistogram<'a, P, N> {
         self.sketch.count()
     }
 
-    /// The sum of the samples; `None` when empty or when a sample was
-    /// negative (OTLP: "sum should not be filled out" then).
+    /// The sum of the samples counted in [`count`](Self::count); `None`
+    /// when empty or when a sample was negative (OTLP: "sum should not be
+    /// filled out" then).
+    ///
+    /// Without saturation this is [`DDSketch::sum`], bit for bit. Samples
+    /// that a full bucket dropped ([`DDSketch::saturated`]) are in the
+    /// sketch's sum but in no bucket, and OTLP's `count` must be the zero
+    /// count plus the buckets; so once a bucket has saturated, the sum of
+    /// the counted samples is estimated as `count ·`
+    /// [`DDSketch::mean`], i.e. `sum · count / (count + saturated)`
+    /// clamped to `[count · min, count · max]`: the dropped samples are
+    /// taken at the mean of all. A consumer's `sum / count` is then the
+    /// sketch's mean, up to rounding; `min` and `max` are exact as ever.
+    ///
+    /// ```
+    /// use tailguard::mapping::ExponentialMapping;
+    /// use tailguard::wire::ExponentialHistogram;
+    /// use tailguard::DDSketch;
+    ///
+    /// let mut s = DDSketch::<ExponentialMapping>::with_accuracy(0.01)?;
+    /// s.add(4.2e6)?;
+    /// s.add_weighted(1.0, u32::MAX)?;
+    /// s.add_weighted(1.0, u32::MAX)?; // the bucket is full: dropped
+    /// assert_eq!(s.saturated(), u64::from(u32::MAX));
+    /// let h = ExponentialHistogram::new(&s);
+    /// assert_eq!(h.count(), 1 << 32);
+    /// let mean = h.sum().unwrap() / h.count() as f64;
+    /// assert!((mean - s.mean().unwrap()).abs() < 1e-15);
+    /// # Ok::<(), tailguard::SketchError>(())
+    /// ```
     pub fn sum(&self) -> Option<f64> {
         let no_negatives = self.sketch.min().is_some_and(|m| m >= 0.0);
-        self.sketch.sum().filter(|_| no_negatives)
+        if !no_negatives {
+            return None;
+        }
+        if self.sketch.saturated() == 0 {
+            return self.sketch.sum();
+        }
+        // `mean` is `sum / (count + saturated)`, clamped into `[min, max]`.
+        self.sketch.mean().map(|m| m * self.sketch.count() as f64)
     }
 
     /// The exact smallest sample, `None` when empty.

@@ -292,7 +292,10 @@ pub fn otlp_data_point_len<P: Store, N: Store>(
 /// into `buffer`; returns the bytes written. Counts are written as the
 /// packed `uint64` varints OTLP declares; zero-valued fields are left out;
 /// `sum`, `min` and `max` are present whenever the point is non-empty
-/// (`sum` only without negative samples).
+/// (`sum` only without negative samples, and as
+/// [`ExponentialHistogram::sum`] gives it: the sum of the counted samples,
+/// so that `sum / count` is the sketch's mean even once a bucket has
+/// saturated).
 ///
 /// ```
 /// use tailguard::mapping::ExponentialMapping;
