@@ -23,16 +23,20 @@ use core::fmt;
 /// [`min_indexable_value`](IndexMapping::min_indexable_value) (≈ 2·10⁻³⁰⁸,
 /// subnormals and `-0.0` included), are counted in a zero bucket and
 /// reported as 0. A sketch without a negative store refuses every negative
-/// value, however small, and takes `-0.0` as `0.0`.
+/// value, however small. Every sketch takes `-0.0` as `0.0` (also in
+/// [`min`](Self::min) and [`max`](Self::max), so that they do not depend on
+/// the order of the adds).
 ///
 /// # Accuracy
 /// For every `q`, [`quantile(q)`](Self::quantile) returns a value `x̂`
 /// within relative distance α of the exact lower quantile
 /// `x = sorted[⌊q·(n−1)⌋]`: `|x̂ − x| ≤ α·|x|` exactly, in real arithmetic
 /// on the doubles `x̂`, `x` and α (`mapping().relative_accuracy()`), with
-/// no rounding slack (the mapping's buckets are narrower than `γ` by a
-/// margin that covers every rounding; see
-/// [`LogLikeMapping`](crate::mapping::LogLikeMapping)). The exceptions are
+/// no rounding slack (the log-like mappings' buckets are narrower than `γ`
+/// by a margin that covers every rounding, see
+/// [`LogLikeMapping`](crate::mapping::LogLikeMapping); OpenTelemetry's
+/// fixed buckets state an α that margin above theirs, see
+/// [`ExponentialMapping`](crate::mapping::ExponentialMapping)). The exceptions are
 /// documented: `x` in the zero bucket is answered 0, and after a collapse
 /// of the lowest buckets, quantiles whose exact value lies at or above
 /// [`collapse`](Self::collapse)`().bound` keep the guarantee and those below
@@ -475,10 +479,11 @@ impl<M: IndexMapping, P: Store, N: Store> DDSketch<M, P, N> {
         }
         if magnitude < self.mapping.min_indexable_value() {
             self.zero_count = self.zero_count.saturating_add(u64::from(weight));
-            // An unsigned sketch takes `-0.0` as `0.0`: its minimum and
-            // maximum are never negative.
-            let zero = if N::CAPACITY == 0 { magnitude } else { value };
-            self.note(zero, weight);
+            // Zeros are recorded as `+0.0` (`-0.0 + 0.0` is `+0.0`), so
+            // that the sign of a zero minimum or maximum does not depend on
+            // the order of the adds; a negative subnormal keeps its value.
+            // An unsigned sketch's minimum and maximum are never negative.
+            self.note(value + 0.0, weight);
             return Ok(());
         }
         if value < 0.0 {

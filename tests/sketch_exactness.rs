@@ -9,7 +9,9 @@
 mod common;
 
 use common::{below_gamma, next_down, next_up, within};
-use tailguard::mapping::{CubicMapping, LinearMapping, LogLinearMapping, LogarithmicMapping};
+use tailguard::mapping::{
+    CubicMapping, ExponentialMapping, LinearMapping, LogLinearMapping, LogarithmicMapping,
+};
 use tailguard::store::CollapsingLowestStore;
 use tailguard::{DDSketch, FromRelativeAccuracy, IndexMapping, SignedSketch};
 
@@ -78,35 +80,39 @@ fn probes<M: IndexMapping>(m: &M, keys: usize) -> Vec<f64> {
 
 /// Every probe's bucket representative is within α of it, exactly; two
 /// probes that share a bucket are less than γ apart, exactly; and a sketch
-/// of `{x / f, x, x · f}` answers its median within α of `x`, exactly.
-fn exact_everywhere<M: IndexMapping + FromRelativeAccuracy>() {
+/// of `{x / f, x, x · f}` answers its median within α of `x`, exactly, for
+/// `f` a few dozen buckets and, where an octave is a dozen buckets or more
+/// but not so many that the store would collapse, for `f = 2`.
+fn exact_for<M: IndexMapping>(m: M) -> Vec<String> {
     // Fewer keys in debug builds (`cargo test`), all of them in release.
     let keys = if cfg!(debug_assertions) {
         2_000
     } else {
         20_000
     };
-    for a in ALPHAS {
-        let m = M::from_relative_accuracy(a).unwrap();
-        let alpha = m.relative_accuracy();
-        assert!(alpha <= a, "{m:?}: reports α = {alpha} for {a}");
-        let probes = probes(&m, keys);
-        let mut failures = vec![];
-        for (i, &x) in probes.iter().enumerate() {
-            let k = m.index(x);
-            let rep = m.value(k);
-            if !within(rep, x, alpha) {
-                failures.push(format!("x={x:e} key={k} value={rep:e}"));
-            }
-            // The next probes in the same bucket (the bucket's span).
-            for &y in probes[i + 1..].iter().take(16) {
-                if m.index(y) == k && !below_gamma(y, x, alpha) {
-                    failures.push(format!("x={x:e} and y={y:e} share key {k}"));
-                }
+    let alpha = m.relative_accuracy();
+    let probes = probes(&m, keys);
+    let mut failures = vec![];
+    for (i, &x) in probes.iter().enumerate() {
+        let k = m.index(x);
+        let rep = m.value(k);
+        if !within(rep, x, alpha) {
+            failures.push(format!("x={x:e} key={k} value={rep:e}"));
+        }
+        // The next probes in the same bucket (the bucket's span).
+        for &y in probes[i + 1..].iter().take(16) {
+            if m.index(y) == k && !below_gamma(y, x, alpha) {
+                failures.push(format!("x={x:e} and y={y:e} share key {k}"));
             }
         }
-        // Neighbours a few dozen buckets away, so that nothing collapses.
-        let f = 1.0 + 50.0 * a;
+    }
+    let mut factors = vec![1.0 + 50.0 * alpha];
+    // An octave of a dozen to a few thousand buckets: `{x / 2, x, 2x}`
+    // then fits the store.
+    if (12..4096).contains(&(m.index(2.0) - m.index(1.0))) {
+        factors.push(2.0);
+    }
+    for f in factors {
         for &x in probes.iter().step_by(97) {
             if x / f < m.min_indexable_value() || x * f > m.max_indexable_value() {
                 continue;
@@ -116,14 +122,24 @@ fn exact_everywhere<M: IndexMapping + FromRelativeAccuracy>() {
             assert_eq!(s.collapse(), None);
             let q = s.quantile(0.5).unwrap().unwrap();
             if !within(q, x, alpha) {
-                failures.push(format!("median of x/f, x, x·f: x={x:e} answer={q:e}"));
+                failures.push(format!("median of x/{f}, x, x·{f}: x={x:e} answer={q:e}"));
             }
         }
+    }
+    failures
+}
+
+/// [`exact_for`] at every α of [`ALPHAS`], the mapping stating at most it.
+fn exact_everywhere<M: IndexMapping + FromRelativeAccuracy>() {
+    for a in ALPHAS {
+        let m = M::from_relative_accuracy(a).unwrap();
+        let alpha = m.relative_accuracy();
+        assert!(alpha <= a, "{m:?}: reports α = {alpha} for {a}");
+        let failures = exact_for(m);
         assert!(
             failures.is_empty(),
-            "{m:?}: {} of {} probes fail, e.g. {:?}",
+            "{m:?}: {} probes fail, e.g. {:?}",
             failures.len(),
-            probes.len(),
             &failures[..failures.len().min(5)]
         );
     }
@@ -147,6 +163,33 @@ fn linear_is_exact_at_every_boundary() {
 #[test]
 fn log_linear_is_exact_at_every_boundary() {
     exact_everywhere::<LogLinearMapping>();
+}
+
+/// OpenTelemetry's buckets at every scale: fixed by the specification, so
+/// the margin is in the stated α, not in the buckets. Scales −10..=−6 state
+/// α = 1 (their true α rounds to 1), which still bounds every answer.
+#[test]
+fn exponential_is_exact_at_every_boundary() {
+    let mut failing = vec![];
+    for scale in ExponentialMapping::MIN_SCALE..=ExponentialMapping::MAX_SCALE {
+        let m = ExponentialMapping::new(scale).unwrap();
+        let failures = exact_for(m);
+        if !failures.is_empty() {
+            eprintln!(
+                "scale {scale} (α = {:e}): {} probes fail, e.g. {:?}",
+                m.relative_accuracy(),
+                failures.len(),
+                &failures[..failures.len().min(3)]
+            );
+            failing.push(scale);
+        }
+    }
+    assert!(failing.is_empty(), "scales {failing:?} are not exact");
+    // By relative accuracy, as `with_accuracy` builds them.
+    for a in ALPHAS.into_iter().filter(|&a| a >= 1e-6) {
+        let m = ExponentialMapping::from_relative_accuracy(a).unwrap();
+        assert!(m.relative_accuracy() <= a, "{m:?} for {a}");
+    }
 }
 
 fn reported_quantiles<M: IndexMapping + FromRelativeAccuracy>() {
@@ -175,6 +218,35 @@ fn reported_quantile_cases_are_within_alpha() {
     reported_quantiles::<CubicMapping>();
     reported_quantiles::<LinearMapping>();
     reported_quantiles::<LogLinearMapping>();
+}
+
+/// The audit's cases for `ExponentialMapping`: powers of two at scales
+/// 0 and 3, a median at scale 6, an exact power of two at several scales.
+#[test]
+fn reported_exponential_cases_are_within_alpha() {
+    let median = |scale: i32, data: &[f64]| {
+        let m = ExponentialMapping::new(scale).unwrap();
+        let mut s = SignedSketch::<ExponentialMapping>::with_mapping(m);
+        s.add_all(data).unwrap();
+        (s.quantile(0.5).unwrap().unwrap(), m.relative_accuracy())
+    };
+    // Scale 3: 0.956705382500610768, 4.32946174993892319e-2 from 1.
+    let (q, a) = median(3, &[0.5, 1.0, 3.0]);
+    assert!(within(q, 1.0, a), "{q:e} ({:#x}), α = {a:e}", q.to_bits());
+    let (q, a) = median(0, &[0.25, 1.0, 4.0]);
+    assert!(within(q, 1.0, a), "{q:e}, α = {a:e}");
+    // Scale 6: 1.00000000000000044·α off.
+    let v = 1.4144738197962843e-5;
+    let (q, a) = median(6, &[v / 2.0, v, 2.0 * v]);
+    assert!(within(q, v, a), "{q:e}, α = {a:e}");
+    for scale in [0, 2, 3, 4, 7, 10, 15, 16, 17, 19, 20] {
+        let m = ExponentialMapping::new(scale).unwrap();
+        let a = m.relative_accuracy();
+        for v in [1.0, 2.0, 0.5, 1024.0, 2f64.powi(-1000)] {
+            let r = m.value(m.index(v));
+            assert!(within(r, v, a), "{v:e} at scale {scale}: {r:e}, α = {a:e}");
+        }
+    }
 }
 
 #[test]
@@ -241,4 +313,44 @@ fn rank_is_monotone_enough() {
     let met = rank_counts_every_smaller_sample::<CubicMapping>();
     println!("cubic: {met} adjacent probes whose keys go backwards");
     assert!(met > 0);
+}
+
+/// Zeros are recorded as `+0.0` in `min` and `max`, whatever their sign
+/// and order, so that those do not depend on the insertion order (negative
+/// subnormals, counted as zeros too, keep their value).
+#[test]
+fn zero_min_and_max_are_positive_whatever_the_order() {
+    let bits = |x: Option<f64>| x.map(f64::to_bits);
+    let zero = Some(0f64.to_bits());
+    for data in [[-0.0, 0.0], [0.0, -0.0], [-0.0, -0.0], [0.0, 0.0]] {
+        let mut s = SignedSketch::<CubicMapping>::with_accuracy(0.01).unwrap();
+        s.add_all(&data).unwrap();
+        assert_eq!((bits(s.min()), bits(s.max())), (zero, zero), "{data:?}");
+        let mut w = SignedSketch::<CubicMapping>::with_accuracy(0.01).unwrap();
+        w.add_weighted(data[0], 3).unwrap();
+        w.add_weighted(data[1], 2).unwrap();
+        assert_eq!((bits(w.min()), bits(w.max())), (zero, zero), "{data:?}");
+        // Merged either way round.
+        let (mut a, mut b) = (
+            SignedSketch::<CubicMapping>::with_accuracy(0.01).unwrap(),
+            SignedSketch::<CubicMapping>::with_accuracy(0.01).unwrap(),
+        );
+        a.add(data[0]).unwrap();
+        b.add(data[1]).unwrap();
+        let mut ab = a.clone();
+        ab.merge(&b).unwrap();
+        b.merge(&a).unwrap();
+        for m in [&ab, &b] {
+            assert_eq!((bits(m.min()), bits(m.max())), (zero, zero), "{data:?}");
+        }
+        let mut u = DDSketch::<CubicMapping>::with_accuracy(0.01).unwrap();
+        u.add_all(&data).unwrap();
+        assert_eq!((bits(u.min()), bits(u.max())), (zero, zero), "{data:?}");
+    }
+    // A negative subnormal is a negative sample: it stays the minimum.
+    let tiny = -f64::from_bits(7);
+    let mut s = SignedSketch::<CubicMapping>::with_accuracy(0.01).unwrap();
+    s.add_all(&[0.0, tiny, -0.0]).unwrap();
+    assert_eq!((bits(s.min()), bits(s.max())), (Some(tiny.to_bits()), zero));
+    assert_eq!(s.zero_count(), 3);
 }

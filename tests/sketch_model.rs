@@ -67,8 +67,10 @@ fn agrees<M: IndexMapping, S: Store>(
         } else {
             zero += u64::from(w);
         }
-        min = min.min(v);
-        max = max.max(v);
+        // A zero bucket's `-0.0` is noted as `+0.0`.
+        let noted = if v.abs() < min_idx { v + 0.0 } else { v };
+        min = min.min(noted);
+        max = max.max(noted);
         sum += v * f64::from(w);
         abs_sum += v.abs() * f64::from(w);
         weight += u64::from(w);
@@ -390,8 +392,8 @@ impl Extremes {
             return Ok(());
         }
         let zero = v.abs() < lo;
-        // An unsigned sketch takes `-0.0` as `0.0`.
-        let noted = if zero && !signed { v.abs() } else { v };
+        // Zeros are noted as `+0.0`, whatever their sign and order.
+        let noted = if zero { v + 0.0 } else { v };
         if noted < self.min {
             self.min = noted;
         }

@@ -39,12 +39,56 @@ use core::f64::consts::{LN_2, LOG2_E};
 /// itself in the collapsed bucket, whose representative is still within α of
 /// it (`base^(i−1)·(1+α) = base^i·(1−α)`).
 ///
-/// The relative accuracy is `α = (base − 1)/(base + 1)`, the representative
-/// of bucket `i` is `base^i · (1 + α)`, and, as for every mapping, values in
-/// `[min_indexable_value, max_indexable_value]` come back within α:
-/// `(base^i·(1+α) − base^i)/base^i = α` at the open end and
+/// The representative of bucket `i` is the optimal `base^i · (1 + α)`,
+/// `α = tanh(ln(base)/2) = (base − 1)/(base + 1)`, whose error is α at both
+/// ends: `(base^i·(1+α) − base^i)/base^i = α` at the open one and
 /// `(base^(i+1) − base^i·(1+α))/base^(i+1) = 1 − (1+α)/base = α` at the
-/// closed one.
+/// closed one. So rounding alone can take an answer past α, and the buckets
+/// are the specification's: they cannot be narrowed to absorb it as the
+/// log-like mappings' are. Instead [`relative_accuracy`](IndexMapping::relative_accuracy)
+/// states `α' = α + 2⁻⁴⁶` (1 at the scales where α rounds to 1), a
+/// relative 4·10⁻⁸ more at scale 20 and less elsewhere, and, as for every
+/// mapping, values in `[min_indexable_value, max_indexable_value]` come
+/// back within α' exactly: `|value(index(v)) − v| ≤ α'·v` in real
+/// arithmetic on the doubles.
+///
+/// # Implementation notes: why α' is exact
+/// Write `u = 2⁻⁵³` and `b = base`, `B_i = b^i` for the exact bounds.
+///
+/// 1. *Keys.* At scales `<= 0` they are exact. At positive scales the
+///    sub-bucket is `log1p(f)` (libm: within 1 ulp, `2u` relatively) times
+///    `2^s · log2 e` (the constant rounded once, `u`), rounded once (`u`): a
+///    relative error below `4u` of a number below `2^s`, so its floor is
+///    wrong only for a value within `4u` of a bound in `log2` space. In
+///    `ln` space: a value with key `i` lies in `[B_i·e^−ε, B_(i+1)·e^ε]`
+///    with `ε = 4u · ln 2 < 3u`.
+/// 2. *α and the centre.* `tanh` (libm: `expm1` and two roundings, within
+///    3 ulp) of `ln 2 · 2^−s / 2` (the constant rounded once, a relative
+///    `u` that `tanh` does not amplify) is α within a relative `7u`, and
+///    `1 + α` is rounded once: the stored centre is `(1 + α)(1 + θ_c)`
+///    with `|θ_c| <= 7u · α/(1 + α) + u <= 4.5u`.
+/// 3. *Representatives.* [`lower_bound`](IndexMapping::lower_bound) is
+///    `exp2` of an exact fraction (libm: within 0.503 ulp, below `2u`)
+///    scaled by an exact power of two; at scales `<= 0` it is an exact
+///    power of two. [`value`](IndexMapping::value) multiplies it by the
+///    centre (`u`). At the bottom of the range the lower bound and the
+///    representative may be subnormal, which costs an absolute `2⁻¹⁰⁷⁵`
+///    each: relatively `2u` for results above `2⁻¹⁰²³` (positive scales),
+///    `4u` for the product above `2⁻¹⁰²⁴` (scales `<= 0`, where the lower
+///    bound is exact). In all `value(i) = B_i · (1 + α)(1 + θ)` with
+///    `|θ| <= 11u`.
+/// 4. So for `v` with key `i`, `|value(i)/v − 1|` is at most
+///    `(1 + α)(1 + θ)e^ε − 1` at the open end and
+///    `1 − (1 − α)(1 − θ)e^−ε` at the closed one (`(1 + α)/b = 1 − α`):
+///    at most `α + 2 · 14u + O(u²) < α + 29u`. The double `α'`, `α + 2⁻⁴⁶`
+///    rounded once from the `α` of item 2, is at least
+///    `α + 128u − 8u − u·2⁻⁴⁶ > α + 119u`: four times what the bound needs.
+///    Two values of one key are at most `b · e^(2ε)` apart, below
+///    `(1 + α')/(1 − α') > b · (1 + 2(α' − α))`.
+/// 5. At scales −10..=−6 (bases `2^1024` down to `2^64`) α rounds to 1,
+///    and α' = 1 holds exactly: the lower bound `B_i` is an exact power of
+///    two, the representative exactly `2·B_i`, and every value of the
+///    bucket is above `B_i`, so the answer lies in `(0, 2v)`.
 ///
 /// | scale | base | α |
 /// |---|---|---|
@@ -74,12 +118,20 @@ pub struct ExponentialMapping {
     /// `ln 2 / 2^s`.
     inverse_factor: f64,
     base: f64,
+    /// `α'`: α plus the rounding margin (see the implementation notes).
     relative_accuracy: f64,
+    /// `1 + α`, α unrounded by the margin: the optimal representative of
+    /// a bucket over its lower bound.
+    center: f64,
     max_indexable: f64,
 }
 
 /// `2^52 − 1`: the mantissa bits.
 const MANTISSA: u64 = (1 << 52) - 1;
+
+/// `2⁻⁴⁶`: what the stated relative accuracy adds to α to cover every
+/// rounding (see the implementation notes of [`ExponentialMapping`]).
+const ROUNDING_MARGIN: f64 = 1.0 / (1u64 << 46) as f64;
 
 impl ExponentialMapping {
     /// The coarsest scale OpenTelemetry defines (base `2^1024`).
@@ -90,9 +142,9 @@ impl ExponentialMapping {
     /// The mapping at `scale`, or `None` outside
     /// [`MIN_SCALE`](Self::MIN_SCALE)`..=`[`MAX_SCALE`](Self::MAX_SCALE).
     ///
-    /// At scales −10 (base `2^1024`, infinite as an `f64`) and −9 the
-    /// relative accuracy rounds to 1: such mappings index, but promise
-    /// nothing.
+    /// At scales −10 (base `2^1024`, infinite as an `f64`) to −6 (base
+    /// `2^64`) the relative accuracy rounds to 1: such mappings index, but
+    /// promise no more than an answer between 0 and twice the value.
     pub fn new(scale: i32) -> Option<Self> {
         if !(Self::MIN_SCALE..=Self::MAX_SCALE).contains(&scale) {
             return None;
@@ -104,14 +156,18 @@ impl ExponentialMapping {
         let base = libm::exp2(step);
         // tanh(ln(base) / 2) = (base − 1) / (base + 1), without the
         // cancellation near base = 1.
-        let relative_accuracy = libm::tanh(inverse_factor / 2.0);
+        let alpha = libm::tanh(inverse_factor / 2.0);
+        let center = 1.0 + alpha;
+        // At most 1: where α rounds to 1 (scales <= −6), 1 holds exactly.
+        let relative_accuracy = (alpha + ROUNDING_MARGIN).min(1.0);
         Some(Self {
             scale,
             scale_factor,
             inverse_factor,
             base,
             relative_accuracy,
-            max_indexable: f64::MAX / (1.0 + relative_accuracy),
+            center,
+            max_indexable: f64::MAX / center,
         })
     }
 
@@ -141,9 +197,9 @@ impl ExponentialMapping {
         ((ratio - 1.0).abs() <= 1e-9 && m.base.is_finite()).then_some(m)
     }
 
-    /// The coarsest scale whose relative accuracy is at most
-    /// `relative_accuracy`: scale 6 (α ≈ 0.54 %) for 1 %, 5 (α ≈ 1.08 %)
-    /// for 1.1 %.
+    /// The coarsest scale whose stated relative accuracy (α', see the
+    /// type's docs) is at most `relative_accuracy`: scale 6 (α ≈ 0.54 %)
+    /// for 1 %, 5 (α ≈ 1.08 %) for 1.1 %.
     ///
     /// # Errors
     /// [`MappingError::InvalidRelativeAccuracy`] unless `0 < α < 1` and some
@@ -225,7 +281,8 @@ impl IndexMapping for ExponentialMapping {
     }
 
     /// `base^index`: the bucket's lower boundary, which OpenTelemetry
-    /// excludes (see the module docs). Exact when it is a power of two.
+    /// excludes (see the module docs). Exact when it is a power of two,
+    /// within 0.503 ulp otherwise (a subnormal one rounds once more).
     fn lower_bound(&self, index: i32) -> f64 {
         let s = self.scale;
         if s <= 0 {
@@ -242,6 +299,15 @@ impl IndexMapping for ExponentialMapping {
         libm::scalbn(libm::exp2(fraction), whole)
     }
 
+    /// `lower_bound(index) · (1 + α)`: the optimal representative, within
+    /// α' of the bucket exactly (see the implementation notes).
+    #[inline]
+    fn value(&self, index: i32) -> f64 {
+        self.lower_bound(index) * self.center
+    }
+
+    /// `α' = α + 2⁻⁴⁶` (at most 1): the guaranteed relative accuracy, a
+    /// rounding margin above the representatives' ideal α.
     fn relative_accuracy(&self) -> f64 {
         self.relative_accuracy
     }
