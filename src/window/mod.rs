@@ -110,7 +110,9 @@ impl Rotation {
     /// Samples a half must hold to estimate quantile `q` from its own tail:
     /// about a hundred samples above the quantile, and at least 1 000, i.e.
     /// `max(1000, ⌈100 / (1 − q)⌉)` (1 000 at p90, 10 000 at p99). Used
-    /// as [`max_samples`](Self::max_samples) by the hedger.
+    /// as [`max_samples`](Self::max_samples) by the hedger (raised to its
+    /// `min_samples` if that is more: see
+    /// [`HedgeConfig::rotation_samples`](crate::hedge::HedgeConfig::rotation_samples)).
     pub fn samples_for_quantile(q: f64) -> u64 {
         let tail = 1.0 - q;
         if tail.is_nan() || tail <= 0.0 {
