@@ -213,7 +213,7 @@ async fn concurrent_requests_ending_every_way_balance() {
     );
     let stats = hedger.stats();
     assert_eq!(stats.requests, n);
-    assert_eq!(stats.primary_wins + stats.hedge_wins, ok);
+    assert_eq!(stats.primary_wins + stats.hedge_wins + stats.retry_wins, ok);
     assert_eq!(stats.gave_up, failed + timed_out);
     assert_eq!(stats.samples, ok, "winners alone are exact");
     assert_eq!(stats.samples_refused + stats.clock_anomalies, 0);
@@ -436,7 +436,7 @@ async fn multi_threaded_runtime_counts_balance() {
     }
     let stats = hedger.stats();
     assert_eq!(stats.requests, n);
-    assert_eq!(stats.primary_wins + stats.hedge_wins, ok);
+    assert_eq!(stats.primary_wins + stats.hedge_wins + stats.retry_wins, ok);
     assert_eq!(stats.gave_up, failed + timed_out);
     assert_eq!(stats.samples, ok, "winners alone are exact");
     assert_eq!(stats.samples_refused + stats.clock_anomalies, 0);

@@ -488,31 +488,28 @@ fn failures_release_the_next_attempt_or_end_the_request() {
     );
     assert_eq!((r.hedges_sent(), r.retries_sent()), (1, 1));
     // The hedge fails while the retry still races: its place is free, so
-    // another hedge races the retry at once.
+    // another hedge races the retry at once (the second replacement).
     assert_eq!(
         h.on_failure(&mut r, Attempt(2), t + 2 * MS, Failure::Retryable),
         FailureOutcome::SendNow(Attempt(3))
     );
-    // The retry fails while that hedge races: one hedge at a time, so wait.
+    // The retry fails while that hedge races: replacements exhausted (two
+    // by default), so wait for the hedge.
     assert_eq!(
         h.on_failure(&mut r, Attempt(1), t + 3 * MS, Failure::Retryable),
         FailureOutcome::Continue
     );
-    // The hedge fails too, nothing is in flight: the second retry.
+    // The hedge fails too, nothing is in flight and nothing may replace
+    // it: give up.
     assert_eq!(
         h.on_failure(&mut r, Attempt(3), t + 4 * MS, Failure::Retryable),
-        FailureOutcome::SendNow(Attempt(4))
-    );
-    let s = h.stats();
-    assert_eq!((s.hedges_sent, s.retries_released), (3, 2));
-    assert_eq!((r.hedges_sent(), r.retries_sent()), (2, 2));
-    // Retries exhausted (two by default): give up.
-    assert_eq!(
-        h.on_failure(&mut r, Attempt(4), t + 5 * MS, Failure::Retryable),
         FailureOutcome::GiveUp {
             cancel: AttemptSet::EMPTY
         }
     );
+    let s = h.stats();
+    assert_eq!((s.hedges_sent, s.retries_released), (3, 1));
+    assert_eq!((r.hedges_sent(), r.retries_sent()), (2, 1));
     assert_eq!(
         h.on_timer(&mut r, 20 * MS),
         TimerAction::Skip(NoHedge::Finished)
@@ -771,4 +768,87 @@ fn invalid_configurations_are_errors() {
         assert!(!expected.to_string().is_empty());
     }
     assert!(Hedger::new(HedgeConfig::DEFAULT.quantile(f64::NAN)).is_err());
+}
+
+/// Every extra attempt fails at once and the primary never answers: the
+/// request sends at most `1 + max_hedges + max_retries` attempts, whatever
+/// the mix (a failed hedge's place is only taken again as one of the
+/// `max_retries` replacements), and with `max_retries(0)` a failed hedge
+/// is not replaced.
+#[test]
+fn failed_attempts_are_replaced_at_most_max_retries_times() {
+    for max_hedges in 0..=3u8 {
+        for max_retries in 0..=3u8 {
+            let config = HedgeConfig::DEFAULT
+                .prior_delay_ns(5 * MS)
+                .max_hedges(max_hedges)
+                .max_retries(max_retries);
+            let mut h = hedger(config);
+            let mut r = h.start((), 0, IDEMPOTENT);
+            let mut sent = 1u32;
+            let mut pending = Vec::new();
+            let mut now = 0;
+            for _ in 0..64 {
+                if let Some(a) = pending.pop() {
+                    now += MS;
+                    match h.on_failure(&mut r, a, now, Failure::Retryable) {
+                        FailureOutcome::SendNow(next) => {
+                            sent += 1;
+                            pending.push(next);
+                        }
+                        FailureOutcome::GiveUp { .. } => break,
+                        _ => {}
+                    }
+                    continue;
+                }
+                let Some(at) = r.next_timer() else { break };
+                now = now.max(at);
+                if let TimerAction::SendHedge(a) = h.on_timer(&mut r, now) {
+                    sent += 1;
+                    pending.push(a);
+                }
+            }
+            let most = 1 + u32::from(max_hedges) + u32::from(max_retries);
+            assert!(
+                sent <= most,
+                "max_hedges {max_hedges}, max_retries {max_retries}: {sent} attempts"
+            );
+            if max_hedges > 0 {
+                // The hedges all went out, and each failure was replaced
+                // while replacements lasted.
+                assert_eq!(
+                    sent, most,
+                    "max_hedges {max_hedges}, max_retries {max_retries}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn a_retry_that_wins_is_counted_as_a_retry_win() {
+    let mut h = hedger(HedgeConfig::DEFAULT.prior_delay_ns(5 * MS));
+    let mut r = h.start((), 0, IDEMPOTENT);
+    assert_eq!(
+        h.on_failure(&mut r, Attempt::PRIMARY, MS, Failure::Retryable),
+        FailureOutcome::SendNow(Attempt(1))
+    );
+    assert!(matches!(
+        h.on_commit(&mut r, Attempt(1), 2 * MS),
+        CommitOutcome::Won {
+            winner: Attempt(1),
+            ..
+        }
+    ));
+    let s = h.stats();
+    assert_eq!(
+        (
+            s.retries_released,
+            s.hedges_sent,
+            s.retry_wins,
+            s.hedge_wins,
+            s.primary_wins
+        ),
+        (1, 0, 1, 0, 0)
+    );
 }

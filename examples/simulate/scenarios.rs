@@ -719,6 +719,7 @@ fn add_stats(a: Option<HedgeStats>, b: Option<HedgeStats>) -> Option<HedgeStats>
     a.hedges_sent += b.hedges_sent;
     a.retries_released += b.retries_released;
     a.hedge_wins += b.hedge_wins;
+    a.retry_wins += b.retry_wins;
     a.primary_wins += b.primary_wins;
     a.budget_denials += b.budget_denials;
     a.cold_starts += b.cold_starts;

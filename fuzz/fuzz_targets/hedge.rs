@@ -94,12 +94,13 @@ struct Live {
 }
 
 /// Every counter of `s`, to check that none decreases.
-fn counters(s: &HedgeStats) -> [u64; 17] {
+fn counters(s: &HedgeStats) -> [u64; 18] {
     [
         s.requests,
         s.hedges_sent,
         s.retries_released,
         s.hedge_wins,
+        s.retry_wins,
         s.primary_wins,
         s.budget_denials,
         s.cold_starts,
@@ -255,6 +256,9 @@ fn run<M: IndexMapping + FromRelativeAccuracy>(input: Input) {
                     }
                     assert!(l.request.attempts_sent() <= 8);
                     assert!(l.request.retries_sent() <= config.max_retries);
+                    // Failed attempts are replaced at most max_retries times.
+                    let most = 1 + u16::from(config.max_hedges) + u16::from(config.max_retries);
+                    assert!(u16::from(l.request.attempts_sent()) <= most);
                 }
             }
             Event::Commit { slot, attempt } => {
@@ -329,6 +333,9 @@ fn run<M: IndexMapping + FromRelativeAccuracy>(input: Input) {
                     }
                     assert!(l.request.attempts_sent() <= 8);
                     assert!(l.request.retries_sent() <= config.max_retries);
+                    // Failed attempts are replaced at most max_retries times.
+                    let most = 1 + u16::from(config.max_hedges) + u16::from(config.max_retries);
+                    assert!(u16::from(l.request.attempts_sent()) <= most);
                 }
             }
             Event::Abandon { slot } => {
@@ -394,7 +401,7 @@ fn run<M: IndexMapping + FromRelativeAccuracy>(input: Input) {
         assert_eq!(s.requests, starts);
         assert_eq!(s.hedges_sent, sends);
         assert_eq!(s.retries_released, retries);
-        assert_eq!(s.primary_wins + s.hedge_wins, wins);
+        assert_eq!(s.primary_wins + s.hedge_wins + s.retry_wins, wins);
         assert_eq!(s.gave_up, gave_up);
         // Every attempt recorded lands in exactly one counter; only winners
         // can be exact samples.

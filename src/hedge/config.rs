@@ -59,18 +59,21 @@ pub struct HedgeConfig {
     pub relative_accuracy: f64,
     /// Hedges per request: extra attempts raced against the ones in
     /// flight, each one delay after the previous, each paying the budget.
-    /// A hedge that fails (retryable) frees its place for another. Default
-    /// 1, at most [`MAX_HEDGES`]; 0 disables hedging (requests are still
-    /// measured).
+    /// A hedge that fails (retryable) frees its place for another, as one
+    /// of the request's `max_retries` replacements. Default 1, at most
+    /// [`MAX_HEDGES`]; 0 disables hedging (requests are still measured).
     pub max_hedges: u8,
-    /// Retries per request: when an attempt fails with
-    /// [`Failure::Retryable`](super::Failure::Retryable) and no other
-    /// attempt is in flight, a replacement is sent at once, up to this many
-    /// times. A retry adds no concurrent load (the attempt it replaces is
-    /// over), so it draws no budget token and does not use up `max_hedges`:
-    /// the retried request can still be hedged. Default 2 (three tries, as
-    /// a caller's retry loop would make); 0 leaves retrying to the caller.
-    /// A request never sends more than 8 attempts in all.
+    /// Failed attempts a request replaces: when an attempt fails with
+    /// [`Failure::Retryable`](super::Failure::Retryable), a replacement is
+    /// sent at once, up to this many times in all: a *retry* when no other
+    /// attempt is in flight, a hedge (paying the budget, within
+    /// `max_hedges` and the in-flight cap) when others still race. A retry
+    /// adds no concurrent load (the attempt it replaces is over), so it
+    /// draws no budget token and does not use up `max_hedges`: the retried
+    /// request can still be hedged. Default 2 (three tries, as a caller's
+    /// retry loop would make); 0 leaves retrying to the caller, and a
+    /// failed hedge is then not replaced. A request sends at most
+    /// `1 + max_hedges + max_retries` attempts, and never more than 8.
     pub max_retries: u8,
     /// A delay to use during cold start. Default `None`: no hedging until
     /// the window holds `min_samples` samples.

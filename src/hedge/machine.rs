@@ -21,6 +21,7 @@ pub(crate) enum Stat {
     HedgesSent,
     RetriesReleased,
     HedgeWins,
+    RetryWins,
     PrimaryWins,
     BudgetDenials,
     ColdStarts,
@@ -65,8 +66,9 @@ enum Extra {
     /// Raced against attempts still in flight: counts against
     /// `max_hedges`, the in-flight cap and the budget.
     Hedge,
-    /// Replaces a failed attempt when none is left in flight: counts
-    /// against `max_retries` only (it adds no concurrent load).
+    /// Replaces a failed attempt when none is left in flight: adds no
+    /// concurrent load, so it counts against nothing but `max_retries`
+    /// (which the failure checked).
     Retry,
 }
 
@@ -202,11 +204,8 @@ fn send_next<K: Copy, C: Core<K>>(
                 return Err(NoHedge::InFlightLimit);
             }
         }
-        Extra::Retry => {
-            if request.retries >= core.config().max_retries {
-                return Err(NoHedge::AttemptsExhausted);
-            }
-        }
+        // Its replacement was counted by the failure.
+        Extra::Retry => {}
     }
     let attempt = Attempt(request.sent);
     if let Some(slot) = request.sent_at.get_mut(attempt.index()) {
@@ -304,8 +303,10 @@ pub(crate) fn on_commit<K: Copy, C: Core<K>>(
     request.next_hedge_at = None;
     core.bump(if attempt.is_primary() {
         Stat::PrimaryWins
-    } else {
+    } else if request.hedge_attempts.contains(attempt) {
         Stat::HedgeWins
+    } else {
+        Stat::RetryWins
     });
     CommitOutcome::Won {
         winner: attempt,
@@ -399,21 +400,39 @@ pub(crate) fn on_failure<K: Copy, C: Core<K>>(
     }
     request.failed = request.failed.with(attempt);
     release(core, request, AttemptSet::EMPTY.with(attempt));
-    if request.hedge_attempts.contains(attempt) {
-        // A failed hedge frees its place: the request may race another.
-        request.hedges = request.hedges.saturating_sub(1);
-    }
     let past_deadline = request.give_up_at.is_some_and(|g| now >= g);
     if failure == Failure::Fatal || past_deadline {
         return FailureOutcome::GiveUp {
             cancel: give_up(core, request, now),
         };
     }
+    let racing = !request.in_flight().is_empty();
+    // At most `max_retries` failed attempts are replaced, however they
+    // are: a request sends at most `1 + max_hedges + max_retries`.
+    if request.replaced >= core.config().max_retries {
+        return if racing {
+            FailureOutcome::Continue
+        } else {
+            FailureOutcome::GiveUp {
+                cancel: give_up(core, request, now),
+            }
+        };
+    }
+    let was_hedge = request.hedge_attempts.contains(attempt);
+    if was_hedge {
+        // A failed hedge frees its place, for its replacement: now, or on
+        // the timer if the race goes on without one.
+        request.hedges = request.hedges.saturating_sub(1);
+        request.replaced = request.replaced.saturating_add(1);
+    }
     // Retryable: race a fresh attempt now rather than wait for the delay —
     // a hedge if others are still in flight, a retry if not.
-    let racing = !request.in_flight().is_empty();
     let kind = if racing { Extra::Hedge } else { Extra::Retry };
-    match send_next(core, request, now, kind) {
+    let sent = send_next(core, request, now, kind);
+    if sent.is_ok() && !was_hedge {
+        request.replaced = request.replaced.saturating_add(1);
+    }
+    match sent {
         Ok(next) => FailureOutcome::SendNow(next),
         Err(reason) if racing => {
             // As on the timer: a denial ends hedging for the request, a

@@ -177,13 +177,15 @@
 //!   attempt never sent or already failed → [`CommitOutcome::Unknown`].
 //! * `on_failure` while `Racing`: [`Failure::Fatal`] → `GaveUp`;
 //!   [`Failure::Retryable`] → a fresh attempt is sent now
-//!   ([`FailureOutcome::SendNow`]) instead of after the delay: a *hedge* if
-//!   other attempts are still in flight (hedges left — a failed hedge frees
-//!   its place —, in-flight cap and budget permitting; otherwise the others
-//!   race on), a *retry* if none is
-//!   ([`HedgeConfig::max_retries`] permitting, no budget: it adds no
-//!   concurrent load; otherwise `GaveUp`). A retried request keeps its
-//!   hedges: the next one is due one delay after the retry.
+//!   ([`FailureOutcome::SendNow`]) instead of after the delay, if the
+//!   request has replacements left ([`HedgeConfig::max_retries`] in all):
+//!   a *hedge* if other attempts are still in flight (hedges left — a
+//!   failed hedge frees its place —, in-flight cap and budget permitting;
+//!   otherwise the others race on), a *retry* if none is (no budget: it
+//!   adds no concurrent load). With no replacement left the others race
+//!   on, or, with none in flight, `GaveUp`. A retried request keeps its
+//!   hedges: the next one is due one delay after the retry. A request
+//!   sends at most `1 + max_hedges + max_retries` attempts.
 //! * Every event on a finished request changes nothing.
 
 mod config;
@@ -467,9 +469,9 @@ impl<K: PartialEq + Copy, B: HedgeBudget, const T: usize, S: Store, M: IndexMapp
 
     /// `attempt` of `request` failed (an error, not slowness) at `now`.
     /// Failures record no latency sample. A [`Failure::Retryable`] failure
-    /// sends a fresh attempt at once — a hedge if others are in flight
-    /// (budget permitting; gRPC's hedging policy does the same), a retry if
-    /// none is (within [`HedgeConfig::max_retries`]) — and a
+    /// sends a fresh attempt at once, within [`HedgeConfig::max_retries`]
+    /// replacements — a hedge if others are in flight (budget permitting;
+    /// gRPC's hedging policy does the same), a retry if none is — and a
     /// [`Failure::Fatal`] one ends the request. See the module docs.
     pub fn on_failure(
         &mut self,
@@ -653,6 +655,7 @@ impl<K: PartialEq + Copy, B: HedgeBudget, const T: usize, S: Store, M: IndexMapp
             Stat::HedgesSent => &mut s.hedges_sent,
             Stat::RetriesReleased => &mut s.retries_released,
             Stat::HedgeWins => &mut s.hedge_wins,
+            Stat::RetryWins => &mut s.retry_wins,
             Stat::PrimaryWins => &mut s.primary_wins,
             Stat::BudgetDenials => &mut s.budget_denials,
             Stat::ColdStarts => &mut s.cold_starts,

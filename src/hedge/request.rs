@@ -299,12 +299,16 @@ pub struct Request<K> {
     /// retries alike.
     pub(crate) hedgeable: bool,
     /// Hedges sent and not failed: what counts against `max_hedges` (a
-    /// hedge that failed frees its place for another).
+    /// hedge that failed frees its place for another, as one of the
+    /// request's replacements).
     pub(crate) hedges: u8,
     /// Every hedge sent.
     pub(crate) hedge_attempts: AttemptSet,
     /// Retries sent (replacing a failed attempt when none was in flight).
     pub(crate) retries: u8,
+    /// Failed attempts replaced (by a retry, or by a hedge in the place
+    /// of a failed one): what counts against `max_retries`.
+    pub(crate) replaced: u8,
     /// Hedges counted in the hedger's in-flight slots, not yet released.
     pub(crate) leased: AttemptSet,
 }
@@ -326,6 +330,7 @@ impl<K: Copy> Request<K> {
             hedges: 0,
             hedge_attempts: AttemptSet::EMPTY,
             retries: 0,
+            replaced: 0,
             leased: AttemptSet::EMPTY,
         }
     }

@@ -23,6 +23,8 @@ pub struct HedgeStats {
     pub retries_released: u64,
     /// Requests a hedge won.
     pub hedge_wins: u64,
+    /// Requests a retry won (not in `hedge_wins`).
+    pub retry_wins: u64,
     /// Requests the primary won.
     pub primary_wins: u64,
     /// Hedges the budget refused.

@@ -38,7 +38,7 @@ pub(crate) const LANES: usize = 8;
 pub(crate) const LANE_SAMPLES: usize = 64;
 
 /// Counters a lane holds: every [`Stat`] and the requests.
-const COUNTERS: usize = 15;
+const COUNTERS: usize = 16;
 
 /// The index of "requests started" (the [`Stat`]s come first).
 const REQUESTS: usize = COUNTERS - 1;
@@ -427,6 +427,7 @@ impl Lanes {
             hedges_sent: s(Stat::HedgesSent),
             retries_released: s(Stat::RetriesReleased),
             hedge_wins: s(Stat::HedgeWins),
+            retry_wins: s(Stat::RetryWins),
             primary_wins: s(Stat::PrimaryWins),
             budget_denials: s(Stat::BudgetDenials),
             cold_starts: s(Stat::ColdStarts),
