@@ -421,7 +421,8 @@ async fn the_commit_signal_decides_the_race() {
 async fn hedges_wait_for_their_own_readiness() {
     // One call at a time across every clone of the service (one shared
     // semaphore): the hedge's clone waits for a permit the primary holds,
-    // and is dropped, never called, when the primary answers.
+    // and is dropped, never called, when the primary answers; the hedger
+    // never released it (no hedge counted, no token spent).
     let backend = Backend::new(|_, n| Reply::After(ms(if n == 0 { 30 } else { 1 })));
     let limited = tower::limit::GlobalConcurrencyLimitLayer::new(1).layer(backend.clone());
     let hedger = hedger(prior_5ms());
@@ -430,7 +431,7 @@ async fn hedges_wait_for_their_own_readiness() {
     assert_eq!(service.oneshot(14).await.unwrap(), (14, 0));
     assert_eq!(t0.elapsed(), ms(30), "the hedge could not get a permit");
     assert_eq!(backend.calls().len(), 1, "never called past the limit");
-    assert_eq!(hedger.stats().hedges_sent, 1);
+    assert_eq!(hedger.stats().hedges_sent, 0);
 }
 
 /// Sends hedges to replica 1: the request names its replica (ids from
@@ -658,4 +659,77 @@ async fn without_extra_attempts_no_copy_is_made() {
         20
     );
     assert_eq!(copies.load(Ordering::Relaxed), 2);
+}
+
+/// A hedge waits for its service's readiness before the hedger releases
+/// it: a hedge held back by back-pressure is timed from its call, not from
+/// when its timer fired, and one that never goes out costs no token and
+/// counts as no hedge.
+#[tokio::test(start_paused = true)]
+async fn a_hedge_held_back_by_back_pressure_is_timed_from_its_call() {
+    // Request 100 is another caller's, holding one of two permits 50 ms;
+    // our primary takes 500 ms, our hedge 1 ms.
+    let backend = Backend::new(|id, n| {
+        Reply::After(ms(match (id, n) {
+            (100, _) => 50,
+            (_, 0) => 500,
+            _ => 1,
+        }))
+    });
+    let limited = tower::limit::ConcurrencyLimit::new(backend.clone(), 2);
+    let hedger = hedger(prior_5ms().min_samples(1));
+    let mut other = limited.clone();
+    let held = tokio::spawn(other.ready().await.unwrap().call(100));
+    let service = HedgeLayer::new(Arc::clone(&hedger), EvenIdempotent).layer(limited);
+    let t0 = Instant::now();
+    assert_eq!(service.oneshot(0).await.unwrap(), (0, 1));
+    // Released at 5 ms, called at 50 ms when a permit came back.
+    assert_eq!(t0.elapsed(), ms(51));
+    held.await.unwrap().unwrap();
+    let stats = hedger.stats();
+    assert_eq!((stats.hedges_sent, stats.hedge_wins), (1, 1));
+    // Its sample is its own 1 ms (not the 46 ms it waited and ran).
+    let now = HedgeLayer::new(Arc::clone(&hedger), EvenIdempotent)
+        .tokio_clock()
+        .now_ns();
+    let delay = hedger.delay_ns(0, now).expect("warm");
+    assert!(delay <= 2 * MS, "{delay} ns");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_hedge_its_service_never_readies_is_never_released() {
+    // One permit: the primary holds it for its 500 ms.
+    let backend = Backend::new(|_, n| Reply::After(ms(if n == 0 { 500 } else { 1 })));
+    let limited = tower::limit::ConcurrencyLimit::new(backend.clone(), 1);
+    let hedger = hedger(prior_5ms());
+    let service = HedgeLayer::new(Arc::clone(&hedger), EvenIdempotent).layer(limited);
+    let t0 = Instant::now();
+    assert_eq!(service.oneshot(0).await.unwrap(), (0, 0));
+    assert_eq!(t0.elapsed(), ms(500));
+    assert_eq!(backend.calls().len(), 1);
+    let stats = hedger.stats();
+    assert_eq!((stats.hedges_sent, stats.primary_wins), (0, 1));
+    assert_eq!(
+        hedger.budget_stats().grants,
+        0,
+        "no token for a hedge never sent"
+    );
+    assert_eq!(stats.censored_samples, 0, "no attempt but the primary");
+}
+
+/// While a due hedge waits for readiness, the deadline still fires.
+#[tokio::test(start_paused = true)]
+async fn the_deadline_fires_while_a_hedge_waits_for_readiness() {
+    let backend = Backend::new(|_, _| Reply::After(ms(500)));
+    let limited = tower::limit::ConcurrencyLimit::new(backend.clone(), 1);
+    let hedger = hedger(prior_5ms().deadline_ns(20 * MS));
+    let service = HedgeLayer::new(Arc::clone(&hedger), EvenIdempotent).layer(limited);
+    let t0 = Instant::now();
+    assert!(matches!(
+        service.oneshot(0).await,
+        Err(HedgeError::Deadline)
+    ));
+    assert_eq!(t0.elapsed(), ms(20));
+    assert_eq!(hedger.stats().gave_up, 1);
+    assert_eq!(hedger.hedges_in_flight(u64::MAX / 2), 0);
 }

@@ -37,7 +37,9 @@ pub struct HedgeStats {
     pub aggregate_delays: u64,
     /// Requests not hedged because the caller said they are not idempotent.
     pub not_idempotent: u64,
-    /// Hedges skipped because the in-flight cap was reached.
+    /// Times a hedge was held back because the in-flight cap was reached:
+    /// a hedge held back looks again one delay later, and each look that
+    /// finds the cap still reached counts once more.
     pub in_flight_limited: u64,
     /// Hedges that stopped counting as in flight because their lease ran
     /// out before their request ended (dropped requests, or attempts longer

@@ -144,6 +144,8 @@ pin_project! {
         extras: Vec<Extra<S, Req, C::Future>>,
         timer: Timer,
         spare: Option<Spare<S, Req>>,
+        // A clone of the service for the hedge that is due, being readied.
+        ready: Option<S>,
         guard: G,
         policy: P,
         signal: C,
@@ -170,6 +172,7 @@ where
             extras: Vec::new(),
             timer: Timer(None),
             spare,
+            ready: None,
             guard,
             policy,
             signal,
@@ -240,7 +243,7 @@ where
                 }
             }
             // The timer, only while one is due: none is built for a
-            // request that will not hedge, or answers before its delay.
+            // request that will not hedge, or answers at its first poll.
             let Some(at) = this.guard.next_timer() else {
                 return Poll::Pending;
             };
@@ -248,15 +251,49 @@ where
             if this.timer.poll_at(cx, &clock, at).is_pending() {
                 return Poll::Pending;
             }
+            // A hedge is due (not the deadline): it goes out on a clone of
+            // the service readied *before* the hedger releases it, so that
+            // back-pressure spends no token and no in-flight place, and the
+            // hedge is timed from its call, not from its timer.
+            let request = this.guard.request();
+            let deadline = request.give_up_at;
+            let hedge_due =
+                request.next_hedge_at.is_some_and(|h| h <= at) && deadline.is_none_or(|g| g > at);
+            let mut readied = None;
+            if let (true, Some(spare)) = (hedge_due, this.spare.as_ref()) {
+                let service = this.ready.get_or_insert_with(|| spare.service.clone());
+                match service.poll_ready(cx) {
+                    Poll::Ready(result) => readied = Some(result),
+                    // Waiting for readiness: only the deadline ends that
+                    // (`on_timer` below then gives up).
+                    Poll::Pending => {
+                        let expired =
+                            deadline.is_some_and(|g| this.timer.poll_at(cx, &clock, g).is_ready());
+                        if !expired {
+                            return Poll::Pending;
+                        }
+                    }
+                }
+            }
             match this.guard.on_timer() {
                 TimerAction::SendHedge(attempt) => {
-                    if let Settled::Over(result) = launch!().send(attempt) {
+                    let settled = match readied {
+                        Some(Ok(())) => launch!().send(attempt, this.ready.take()),
+                        // The clone failed to ready: that attempt's failure.
+                        Some(Err(error)) => {
+                            *this.ready = None;
+                            launch!().settle(attempt, Err(error))
+                        }
+                        None => launch!().send(attempt, None),
+                    };
+                    if let Settled::Over(result) = settled {
                         return finish!(result);
                     }
                 }
                 TimerAction::GiveUp { .. } => return finish!(Err(HedgeError::Deadline)),
-                // Re-armed at the new `next_timer` on the next pass.
-                TimerAction::Wait { .. } | TimerAction::Skip(_) => {}
+                // Re-armed at the new `next_timer` on the next pass; a
+                // readied clone is let go (its reservation with it).
+                TimerAction::Wait { .. } | TimerAction::Skip(_) => *this.ready = None,
             }
         }
     }
@@ -297,7 +334,7 @@ where
             Err(error) => {
                 let failure = self.policy.failure(&error);
                 match self.guard.on_failure(attempt, failure) {
-                    FailureOutcome::SendNow(next) => match self.send(next) {
+                    FailureOutcome::SendNow(next) => match self.send(next, None) {
                         Settled::Over(Err(HedgeError::NotCloned)) => {
                             Settled::Over(Err(HedgeError::Service(error)))
                         }
@@ -318,22 +355,29 @@ where
     }
 
     /// Sends `attempt`, which the hedger released: a copy of the spare
-    /// request on a clone of the spare service, routed by the policy.
-    fn send<R>(&mut self, attempt: Attempt) -> Settled<R, S::Error> {
+    /// request, called at once on `ready` (a clone readied for it) or else
+    /// on a fresh clone of the spare service once that is ready, routed by
+    /// the policy.
+    fn send<R>(&mut self, attempt: Attempt, mut ready: Option<S>) -> Settled<R, S::Error> {
         let mut next = Some(attempt);
         while let Some(attempt) = next.take() {
             let copy = self
                 .spare
                 .as_ref()
-                .and_then(|s| Some((s.service.clone(), self.policy.clone_request(&s.request)?)));
-            if let Some((service, mut request)) = copy {
+                .and_then(|s| self.policy.clone_request(&s.request));
+            if let (Some(mut request), Some(spare)) = (copy, self.spare.as_ref()) {
                 let target = self.policy.route(&mut request, attempt);
                 if target != self.guard.request().target() {
                     self.guard.route(attempt, target);
                 }
-                let future = AttemptFuture::Waiting {
-                    service,
-                    request: Some(request),
+                let future = match ready.take() {
+                    Some(mut service) => AttemptFuture::Calling {
+                        future: service.call(request),
+                    },
+                    None => AttemptFuture::Waiting {
+                        service: spare.service.clone(),
+                        request: Some(request),
+                    },
                 };
                 self.extras.push((attempt, Box::pin(future)));
                 continue;

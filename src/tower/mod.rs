@@ -60,11 +60,13 @@
 //! ```
 //!
 //! # Costs
-//! A request that answers before its hedge delay, or that will not hedge,
-//! reads the clock twice (start, commit), builds no timer and allocates
-//! nothing; a duplicable one keeps one copy of the request and one clone
-//! of the inner service to make extra attempts from. Extra attempts are
-//! boxed. See `benches/tower.rs` and the README for measurements.
+//! A request that answers at its first poll, or that will not hedge, reads
+//! the clock twice (start, commit), builds no timer and allocates nothing;
+//! one still pending at its first poll with a hedge ahead arms a tokio
+//! timer for it, boxed (one allocation). A duplicable request keeps one
+//! copy of the request and one clone of the inner service to make extra
+//! attempts from. Extra attempts are boxed. See `benches/tower.rs` and the
+//! README for measurements.
 //!
 //! # Readiness
 //! See [`HedgeService`]: the primary uses the service readied by

@@ -20,10 +20,16 @@ use crate::FromRelativeAccuracy;
 ///
 /// Readiness: [`poll_ready`](Service::poll_ready) is the inner service's,
 /// and the primary is called on that ready service. Each extra attempt
-/// runs on a clone of the inner service made when the request started and
-/// waits for that clone's own `poll_ready` inside the response future — a
-/// hedge honours the inner service's back-pressure (a concurrency limit, a
-/// full pool) instead of bypassing it, and the race goes on while it waits.
+/// runs on a clone of the inner service and waits for that clone's own
+/// `poll_ready` inside the response future — a hedge honours the inner
+/// service's back-pressure (a concurrency limit, a full pool) instead of
+/// bypassing it, and the race goes on while it waits. A hedge on the timer
+/// is readied *before* the hedger releases it: one that waits for a permit
+/// spends no budget token and holds no in-flight place meanwhile, one that
+/// never gets one is never counted, and its latency is timed from its
+/// call (the deadline still fires while it waits). An attempt released at
+/// once by a failure (see [`Policy::failure`]) readies after its release,
+/// and is timed from that.
 #[derive(Debug)]
 pub struct HedgeService<
     S,
