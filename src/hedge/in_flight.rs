@@ -19,10 +19,11 @@ pub(crate) struct InFlight {
 }
 
 impl InFlight {
-    /// Slots for a lease of `lease_ns` (at least 1 ns a slot).
+    /// Slots for a lease of `lease_ns` (at least 2 ns a slot, so that no
+    /// epoch is `u64::MAX`, the empty slot's mark).
     pub(crate) fn new(lease_ns: u64) -> Self {
         Self {
-            slot_ns: lease_ns.checked_div(SLOTS as u64).unwrap_or(0).max(1),
+            slot_ns: lease_ns.checked_div(SLOTS as u64).unwrap_or(0).max(2),
             // No slot has a valid epoch yet: `u64::MAX` is never current
             // with a nonzero count (`acquire` resets before counting).
             epochs: [u64::MAX; SLOTS],
@@ -32,10 +33,8 @@ impl InFlight {
     }
 
     fn epoch(&self, t: u64) -> u64 {
-        // `slot_ns` is at least 1. Never `u64::MAX`, the empty slot's mark
-        // (reached with 1 ns slots at `t = u64::MAX`): the last two
-        // nanoseconds share a slot instead.
-        t.checked_div(self.slot_ns).unwrap_or(t).min(u64::MAX - 1)
+        // `slot_ns` is at least 2: never `u64::MAX`, the empty slot's mark.
+        t.checked_div(self.slot_ns).unwrap_or(t)
     }
 
     fn slot(epoch: u64) -> usize {
