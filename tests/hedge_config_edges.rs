@@ -48,6 +48,9 @@ fn delays_after(config: HedgeConfig, n: u64) -> (Option<u64>, Option<u64>) {
 
 #[test]
 fn a_shared_key_range_that_misses_the_delays_is_refused() {
+    // The defaults' range: 10 min down to 947 ns (as documented).
+    let default = SharedHedger::new(HedgeConfig::DEFAULT).unwrap();
+    assert_eq!(default.key_floor_ns(), 947);
     for config in [
         HedgeConfig::DEFAULT.relative_accuracy(0.005),
         HedgeConfig::DEFAULT.relative_accuracy(0.001),

@@ -852,3 +852,39 @@ fn a_retry_that_wins_is_counted_as_a_retry_win() {
         (1, 0, 1, 0, 0)
     );
 }
+
+proptest::proptest! {
+    /// Whatever fails when, and whenever the timer fires, a request sends
+    /// at most `1 + max_hedges + max_retries` attempts.
+    #[test]
+    fn no_event_sequence_sends_more_than_the_bound(
+        max_hedges in 0u8..=3,
+        max_retries in 0u8..=3,
+        events in proptest::collection::vec((proptest::bool::ANY, 0u8..8), 0..40),
+    ) {
+        let config = HedgeConfig::DEFAULT
+            .prior_delay_ns(5 * MS)
+            .max_hedges(max_hedges)
+            .max_retries(max_retries);
+        let mut h = hedger(config);
+        let mut r = h.start((), 0, IDEMPOTENT);
+        let mut now = 0;
+        for (timer, which) in events {
+            now += MS;
+            if timer {
+                if let Some(at) = r.next_timer() {
+                    now = now.max(at);
+                    h.on_timer(&mut r, now);
+                }
+            } else {
+                let a = Attempt(which % r.attempts_sent());
+                h.on_failure(&mut r, a, now, Failure::Retryable);
+            }
+        }
+        let most = 1 + u32::from(max_hedges) + u32::from(max_retries);
+        proptest::prop_assert!(
+            u32::from(r.attempts_sent()) <= most,
+            "{} attempts, at most {most}", r.attempts_sent()
+        );
+    }
+}

@@ -418,18 +418,20 @@ pub(crate) fn on_failure<K: Copy, C: Core<K>>(
             }
         };
     }
+    // Retryable: race a fresh attempt now rather than wait for the delay —
+    // a hedge if others are still in flight, a retry if not. Each counts
+    // as one replacement, and so does a failed hedge's place freed for
+    // the race (taken now, or on the timer if not at once); a retry takes
+    // no hedge place, so a failed hedge's place stays taken then.
     let was_hedge = request.hedge_attempts.contains(attempt);
-    if was_hedge {
-        // A failed hedge frees its place, for its replacement: now, or on
-        // the timer if the race goes on without one.
+    let freed = racing && was_hedge;
+    if freed {
         request.hedges = request.hedges.saturating_sub(1);
         request.replaced = request.replaced.saturating_add(1);
     }
-    // Retryable: race a fresh attempt now rather than wait for the delay —
-    // a hedge if others are still in flight, a retry if not.
     let kind = if racing { Extra::Hedge } else { Extra::Retry };
     let sent = send_next(core, request, now, kind);
-    if sent.is_ok() && !was_hedge {
+    if sent.is_ok() && !freed {
         request.replaced = request.replaced.saturating_add(1);
     }
     match sent {

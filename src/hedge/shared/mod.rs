@@ -13,7 +13,7 @@
 //!   cubic one by default, through its integer entry point `index_u64`;
 //!   α = [`relative_accuracy`](HedgeConfig::relative_accuracy)), ending at
 //!   [`max_sample_ns`](HedgeConfig::max_sample_ns): 10 min down to
-//!   0.75 µs at the defaults ([`key_floor_ns`](SharedHedger::key_floor_ns)),
+//!   0.95 µs at the defaults ([`key_floor_ns`](SharedHedger::key_floor_ns)),
 //!   smaller keys collapsed into the first bucket. A configuration whose
 //!   range stops above 1 µs and above the minimum delay is refused
 //!   ([`ConfigError::SharedKeyRange`]): at α = 0.5 % the buckets span
@@ -95,7 +95,7 @@
 //! `Hedger<usize, B, T>` given the same events decides, and computes the
 //! same delays (with batches, the same delays after each publication),
 //! with two documented exceptions: samples below the fixed
-//! key range (under [`key_floor_ns`](SharedHedger::key_floor_ns), 0.75 µs
+//! key range (under [`key_floor_ns`](SharedHedger::key_floor_ns), 0.95 µs
 //! at the defaults) share its first bucket, where the sketch's range
 //! follows the samples (it collapses only once its span is full), and in-flight
 //! epochs are compared modulo 2⁴⁰ slots (see below). `tests/hedge_shared.rs`
@@ -260,7 +260,7 @@ impl<B: HedgeBudget, const T: usize, M: IndexMapping> SharedHedger<B, T, M> {
     /// shorter samples share the first bucket. At most 1 µs, or at most
     /// what [`min_delay_ns`](HedgeConfig::min_delay_ns) keeps the delay
     /// above: a configuration whose floor is higher is refused with
-    /// [`ConfigError::SharedKeyRange`]. 0.75 µs at the defaults.
+    /// [`ConfigError::SharedKeyRange`]. 947 ns at the defaults.
     ///
     /// ```
     /// use tailguard::hedge::{ConfigError, HedgeConfig, SharedHedger};

@@ -14,7 +14,7 @@
 //! default) ending at the key
 //! of the largest sample the hedger accepts
 //! ([`max_sample_ns`](crate::hedge::HedgeConfig::max_sample_ns)): 10 min
-//! down to about 0.75 µs at the defaults. Keys below the range collapse
+//! down to about 0.95 µs at the defaults. Keys below the range collapse
 //! into its first bucket, as the lowest keys of a
 //! [`CollapsingLowestStore`](crate::CollapsingLowestStore) do; elapsed
 //! times of 0 (too small to index) have a counter of their own. Within the
@@ -56,7 +56,7 @@ use crate::sync::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use crate::window::survival::{self, Answer, Level, Pair, Side};
 use crate::window::{refresh_after, Rotation};
 
-/// Buckets per side: 1 µs (0.75 µs) to 10 min at α = 1 %, like the
+/// Buckets per side: 1 µs (0.95 µs) to 10 min at α = 1 %, like the
 /// default `CollapsingLowestStore<1024>` of [`Hedger`](crate::hedge::Hedger).
 pub(crate) const BUCKETS: usize = 1024;
 
