@@ -477,7 +477,10 @@ fn every_ending_from_many_threads_balances_exactly() {
     let stats = h.stats();
     let requests = threads * per;
     assert_eq!(stats.requests, requests);
-    assert_eq!(stats.primary_wins + stats.hedge_wins + stats.retry_wins, sum(|e| e.wins));
+    assert_eq!(
+        stats.primary_wins + stats.hedge_wins + stats.retry_wins,
+        sum(|e| e.wins)
+    );
     assert_eq!(stats.gave_up, sum(|e| e.gave_up));
     assert_eq!(stats.samples, sum(|e| e.wins), "winners only are exact");
     assert_eq!(stats.censored_samples, sum(|e| e.censored));

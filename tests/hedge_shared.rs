@@ -654,7 +654,10 @@ fn exact_counts(threads: u64, per: u64) {
     let stats = h.stats();
     let requests = threads * per;
     assert_eq!(stats.requests, requests);
-    assert_eq!(stats.primary_wins + stats.hedge_wins + stats.retry_wins, requests);
+    assert_eq!(
+        stats.primary_wins + stats.hedge_wins + stats.retry_wins,
+        requests
+    );
     // Each request's winner is exact; a hedged request's loser is censored.
     assert_eq!(stats.samples, requests);
     assert_eq!(stats.censored_samples, stats.hedges_sent);
