@@ -15,6 +15,8 @@ use tailguard::hedge::{
     Attempt, CommitOutcome, DelaySource, Failure, FailureOutcome, HedgeConfig, Hedger, Idempotency,
     NoHedge, Plan, TimerAction,
 };
+use tailguard::window::LatencyWindow;
+use tailguard::CubicMapping;
 
 const IDEMPOTENT: Idempotency = Idempotency::Idempotent;
 /// A wall-clock timestamp (2023, ns since the Unix epoch) among monotonic ones.
@@ -606,6 +608,53 @@ fn one_request_on_a_stale_clock_does_not_empty_the_window() {
     drop(r);
     run_request(&mut h, &mut b, (), t + 300 * MS);
     assert!(h.window(&()).unwrap().count() > before);
+}
+
+/// A clock that steps back and returns: `run` requests (a run fewer than
+/// [`LatencyWindow::STALE_RUN`]) on a clock `back` behind, then the true
+/// time again. The window is not emptied: the delay is the true p90 at
+/// once, from the samples it held.
+#[test]
+fn a_short_excursion_of_a_stale_clock_does_not_empty_the_window() {
+    for run in [2, 3, 7, LatencyWindow::<CubicMapping>::STALE_RUN - 1] {
+        for back in [61 * SEC, 3_600 * SEC, 900 * SEC] {
+            let mut h = unlimited(HedgeConfig::DEFAULT);
+            let mut b = Backend::lognormal(5.0, 0.05, u64::from(run));
+            let t = traffic(&mut h, &mut b, 7_200 * SEC, 10 * MS, 300);
+            let before = h.window(&()).unwrap().count();
+            traffic(&mut h, &mut b, t - back, 10 * MS, u64::from(run));
+            let t = t + 10 * MS;
+            assert!(h.delay_ns(&(), t).is_some(), "run {run}, back {back}: cold");
+            let r = h.start((), t, IDEMPOTENT);
+            assert!(data_driven(r.plan()), "run {run}: {:?}", r.plan());
+            drop(r);
+            assert!(
+                h.window(&()).unwrap().count() >= before,
+                "run {run}: emptied"
+            );
+            assert_delay_near(&h, &b, t, 0.03);
+        }
+    }
+}
+
+/// A clock stepped back for good: after [`LatencyWindow::STALE_RUN`]
+/// timestamps the window takes it as its time, so an idle gap on the new
+/// clock is an idle gap again (cold start, then warm on new samples only).
+#[test]
+fn after_a_step_back_for_good_idle_gaps_are_seen_on_the_new_clock() {
+    let mut h = unlimited(HedgeConfig::DEFAULT);
+    let mut b = Backend::lognormal(5.0, 0.05, 21);
+    let t = traffic(&mut h, &mut b, 7_200 * SEC, 10 * MS, 300);
+    let back = t - 3_600 * SEC;
+    let run = u64::from(LatencyWindow::<CubicMapping>::STALE_RUN);
+    let t = traffic(&mut h, &mut b, back, 10 * MS, run);
+    assert!(h.delay_ns(&(), t).is_some());
+    // Three periods of silence on the new clock: cold.
+    let quiet = t + 3 * LatencyWindow::<CubicMapping>::DEFAULT_PERIOD_NS;
+    assert_eq!(h.delay_ns(&(), quiet), None);
+    b.scale = 2.0;
+    let t = traffic(&mut h, &mut b, quiet, 10 * MS, 40);
+    assert_delay_near(&h, &b, t, 0.05);
 }
 
 #[test]

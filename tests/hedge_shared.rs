@@ -9,6 +9,7 @@ use tailguard::hedge::{
     Request, SharedHedger, TimerAction,
 };
 use tailguard::store::CollapsingLowestStore;
+use tailguard::window::LatencyWindow;
 use tailguard::{CubicMapping, FromRelativeAccuracy, IndexMapping, LogLinearMapping};
 
 const US: u64 = 1_000;
@@ -422,6 +423,13 @@ proptest! {
 #[derive(Clone, Debug)]
 enum Step {
     Tick(u64),
+    /// The clock steps back this many ms...
+    Back(u64),
+    /// ...and returns to just after the latest time so far.
+    Return,
+    /// This many requests to target 0, 1 µs apart, each committed at once
+    /// (a run of timestamps: on a stepped-back clock, a stale run).
+    Burst(u64),
     Start(usize),
     Commit(usize),
     Abandon(usize),
@@ -431,6 +439,9 @@ enum Step {
 fn step(targets: usize) -> impl Strategy<Value = Step> {
     prop_oneof![
         4 => prop_oneof![0u64..200, 0u64..20_000].prop_map(Step::Tick),
+        1 => prop_oneof![0u64..100, 0u64..1_000_000].prop_map(Step::Back),
+        1 => Just(Step::Return),
+        1 => (1u64..40).prop_map(Step::Burst),
         4 => (0..targets).prop_map(Step::Start),
         4 => any::<usize>().prop_map(Step::Commit),
         1 => any::<usize>().prop_map(Step::Abandon),
@@ -450,10 +461,27 @@ fn run_batched<const T: usize>(config: HedgeConfig, batch: usize, steps: &[Step]
         .with_batch(batch);
     assert_eq!(shared.batch(), batch);
     let mut live: Vec<(Request<usize>, Request<usize>)> = Vec::new();
-    let mut now = 10 * SEC;
+    let mut now = 10_000 * SEC;
+    let mut latest = now;
     for (i, s) in steps.iter().enumerate() {
+        latest = latest.max(now);
         match *s {
             Step::Tick(us) => now += us * US,
+            Step::Back(ms) => now = now.saturating_sub(ms * MS),
+            Step::Return => now = latest + US,
+            Step::Burst(n) => {
+                for _ in 0..n {
+                    now += US;
+                    let mut a = plain.start(0, now, IDEMPOTENT);
+                    let mut b = shared.start(0, now, IDEMPOTENT);
+                    let x = plain.on_commit(&mut a, Attempt::PRIMARY, now);
+                    assert_eq!(
+                        x,
+                        shared.on_commit(&mut b, Attempt::PRIMARY, now),
+                        "step {i}"
+                    );
+                }
+            }
             Step::Start(target) => {
                 let a = plain.start(target, now, IDEMPOTENT);
                 let b = shared.start(target, now, IDEMPOTENT);
@@ -696,6 +724,37 @@ fn a_clock_jump_ahead_goes_cold_and_recovers() {
     commit_all(&h, 0, back + 2 * SEC, 30, 9 * MS);
     let after = h.delay_ns(0, back + 3 * SEC).expect("still warm");
     assert!(after.abs_diff(9 * MS) <= 9 * MS / 50, "{after}");
+}
+
+/// As `Hedger`'s windows: a run of fewer than `STALE_RUN` requests on a
+/// clock stepped back and returned does not empty the window (with
+/// batches or without), and `STALE_RUN` in a row take the new clock.
+#[test]
+#[cfg_attr(miri, ignore)] // single-threaded: see above
+fn a_short_excursion_of_a_stale_clock_does_not_empty_the_window() {
+    let run = u64::from(LatencyWindow::<CubicMapping>::STALE_RUN);
+    for batch in [1, 64] {
+        for stale in [2, run - 1, run] {
+            let config = HedgeConfig::DEFAULT.min_samples(5);
+            let h: SharedHedger<Budget, 2> = SharedHedger::with_budget(config, Budget::Unlimited)
+                .unwrap()
+                .with_batch(batch);
+            let t = 7_200 * SEC;
+            commit_all(&h, 0, t, 300, 3 * MS);
+            commit_all(&h, 0, t - 3_600 * SEC, stale, 3 * MS);
+            h.flush(t);
+            let back = t + 300 * MS;
+            let delay = h.delay_ns(0, back);
+            if stale < run {
+                let d = delay.expect("not emptied");
+                assert!(d.abs_diff(3 * MS) <= 3 * MS / 50, "{d}");
+            } else {
+                // The window took the stepped-back clock: the true time
+                // is now an hour ahead, an idle gap.
+                assert_eq!(delay, None, "batch {batch}");
+            }
+        }
+    }
 }
 
 #[test]

@@ -78,8 +78,10 @@
 //! above [`HedgeConfig::max_sample_ns`] cannot be real and is counted in
 //! [`HedgeStats::samples_refused`]. Starting a request reads the windows
 //! without changing them, so a single bad timestamp changes no estimate. A
-//! window whose clock steps back restarts its period there (see
-//! [`crate::window`]); the table's eviction uses no timestamp.
+//! window whose clock steps back restarts its period there, and fewer
+//! than 16 requests on a clock that steps back and returns do not make the
+//! return look like an idle gap (see [`crate::window`]); the table's
+//! eviction uses no timestamp.
 //!
 //! # Targets
 //! Each target (host, replica, endpoint: the caller's key `K`) has its own

@@ -25,11 +25,18 @@
 //! Timestamps are the caller's monotonic nanoseconds. A timestamp earlier
 //! than the current half's start (a clock stepped back) restarts the period
 //! from it, so rotation goes on; nothing waits for the old time to come
-//! back. "Recent" is the later of the last two timestamps, so one
-//! timestamp from a stale clock does not make the return to the true time
-//! look like an idle gap. A timestamp two periods or more ahead cannot be
-//! told from the end of an idle gap and empties the window; it refills
-//! after `min_samples` answers. Reads
+//! back. The window's time for idle gaps ("recent") is the later of the
+//! last two timestamps, leaving out *stale* ones, two periods or more
+//! behind it: a clock that steps back and returns, or a thread whose clock
+//! is stale, does not make the return to the true time look like an idle
+//! gap. Only a run of [`STALE_RUN`](LatencyWindow::STALE_RUN) (16) stale
+//! timestamps with no timestamp between them that moves the window's time
+//! (repeats of one count once) becomes the window's time: the clock was stepped back for good, and idle gaps are measured
+//! on the new clock from then on. Until then idle gaps on the new clock go
+//! unseen, which keeps the old estimate a little longer, never a made-up
+//! one. A timestamp two periods or more ahead cannot be told from the end
+//! of an idle gap and empties the window; it refills after `min_samples`
+//! answers. With a period of 2⁶³ ns or more no gap is two periods. Reads
 //! ([`quantile_at`](LatencyWindow::quantile_at)) never change the window, so
 //! one bad timestamp passed to a read changes nothing.
 //!
@@ -79,6 +86,16 @@ pub(crate) fn refresh_after(current_count: u64, count: u64, rotation: &Rotation)
     current_count
         .saturating_add((count / REFRESH_SHARE).max(1))
         .min(rotation.max_samples)
+}
+
+/// A gap longer than this is an idle gap: two periods less 1 ns, or
+/// `u64::MAX` when two periods do not fit in a `u64` (then no gap is one:
+/// saturating would make a gap of `u64::MAX` idle). Both windows use it.
+#[inline]
+pub(crate) fn idle_after(period_ns: u64) -> u64 {
+    period_ns
+        .checked_mul(2)
+        .map_or(u64::MAX, |two| two.saturating_sub(1))
 }
 
 /// When a [`LatencyWindow`] rotates; see the module docs.
@@ -174,15 +191,22 @@ pub struct LatencyWindow<M: IndexMapping = CubicMapping, S: Store = CollapsingLo
     current: Half<M, S>,
     previous: Half<M, S>,
     rotation: Rotation,
-    /// Two periods (saturating), fixed with the rotation: read on every
-    /// sample and every idleness check.
-    idle_ns: u64,
+    /// A gap longer than this is idle: two periods less 1 ns, or
+    /// `u64::MAX` (no gap) when two periods do not fit in a `u64`. Fixed
+    /// with the rotation: read on every sample and every idleness check.
+    idle_after_ns: u64,
     /// When the current half began; `None` before the first timestamp.
     current_start: Option<u64>,
-    /// The last two timestamps seen, older first; the later of them is the
-    /// window's idea of "now" for idle gaps (one stale timestamp is ignored;
-    /// the next true ones overwrite any outlier).
+    /// The last two timestamps seen, older first, stale ones left out; the
+    /// later of them is the window's idea of "now" for idle gaps.
     recent: [u64; 2],
+    /// Stale timestamps (an idle gap or more behind `recent`; repeats of
+    /// one count once) since the window's time last moved, the last of
+    /// them, and the time they are behind: at [`STALE_RUN`](Self::STALE_RUN)
+    /// they become the window's time.
+    stale_run: u32,
+    stale_at: u64,
+    stale_of: u64,
     quantile: Level,
     /// The cached estimate, whole nanoseconds.
     cached_ns: Option<u64>,
@@ -248,9 +272,12 @@ impl<M: IndexMapping, S: Store> LatencyWindow<M, S> {
                 period_ns,
                 ..rotation
             },
-            idle_ns: period_ns.saturating_mul(2),
+            idle_after_ns: idle_after(period_ns),
             current_start: None,
             recent: [0; 2],
+            stale_run: 0,
+            stale_at: 0,
+            stale_of: 0,
             quantile: level,
             cached_ns: None,
             rotations: 0,
@@ -265,6 +292,15 @@ impl<M: IndexMapping, S: Store> LatencyWindow<M, S> {
     /// The default rotation period, 30 s.
     pub const DEFAULT_PERIOD_NS: u64 = 30 * NANOS_PER_SEC;
 
+    /// Timestamps two periods or more behind the window's time, with none
+    /// between them that moves it, after which the window takes them as its
+    /// time: a clock stepped back
+    /// for good. A shorter run (a clock that steps back and returns, a
+    /// thread whose clock is stale) does not move the window's time, so
+    /// the return is not taken for an idle gap. See *Time* in the module
+    /// docs.
+    pub const STALE_RUN: u32 = 16;
+
     /// Brings the window to time `now`: empties it after an idle gap of two
     /// periods, rotates if the period has passed and the current half holds
     /// `min_samples`. A `now` before the current half's start restarts its
@@ -276,18 +312,19 @@ impl<M: IndexMapping, S: Store> LatencyWindow<M, S> {
             self.recent = [now; 2];
             return;
         };
-        let gap = now.saturating_sub(self.reference());
-        let [_, last] = self.recent;
-        if now != last {
-            // The samples of one request share its commit time: one entry.
-            self.recent = [last, now];
-        }
-        if gap >= self.idle_ns() {
-            self.empty();
-            self.recent = [now; 2];
-            self.current_start = Some(now);
-            self.refresh();
-            return;
+        let reference = self.reference();
+        if reference.saturating_sub(now) > self.idle_after_ns {
+            self.note_stale(now, reference);
+        } else {
+            let [_, last] = self.recent;
+            if now != last {
+                // The samples of one request share its commit time: one entry.
+                self.recent = [last, now];
+            }
+            if now.saturating_sub(reference) > self.idle_after_ns {
+                self.restart_after_idle(now);
+                return;
+            }
         }
         if now < start {
             // The clock went back: the period restarts here.
@@ -301,16 +338,41 @@ impl<M: IndexMapping, S: Store> LatencyWindow<M, S> {
         }
     }
 
+    /// After an idle gap: empty, cold, the period starting at `now`.
+    #[cold]
+    #[inline(never)]
+    fn restart_after_idle(&mut self, now: u64) {
+        self.empty();
+        self.recent = [now; 2];
+        self.current_start = Some(now);
+        self.refresh();
+    }
+
+    /// A stale timestamp, an idle gap or more behind: time stays until a
+    /// run of them says the clock was stepped back for good.
+    #[cold]
+    #[inline(never)]
+    fn note_stale(&mut self, now: u64, reference: u64) {
+        if reference != self.stale_of {
+            // The window's time moved since the last one: a new run.
+            self.stale_of = reference;
+            self.stale_run = 0;
+        }
+        if now != self.stale_at || self.stale_run == 0 {
+            self.stale_run = self.stale_run.saturating_add(1);
+            self.stale_at = now;
+        }
+        if self.stale_run >= Self::STALE_RUN {
+            self.stale_run = 0;
+            self.recent = [now; 2];
+        }
+    }
+
     /// The later of the last two timestamps.
     #[inline]
     fn reference(&self) -> u64 {
         let [a, b] = self.recent;
         a.max(b)
-    }
-
-    #[inline]
-    fn idle_ns(&self) -> u64 {
-        self.idle_ns
     }
 
     fn rotate(&mut self, now: u64) {
@@ -422,7 +484,7 @@ impl<M: IndexMapping, S: Store> LatencyWindow<M, S> {
     /// after its recent timestamps (the later of the last two).
     #[inline]
     pub fn is_idle_at(&self, now: u64) -> bool {
-        self.current_start.is_some() && now.saturating_sub(self.reference()) >= self.idle_ns()
+        self.current_start.is_some() && now.saturating_sub(self.reference()) > self.idle_after_ns
     }
 
     /// A fresh product-limit estimate of any quantile over both halves, in
@@ -510,6 +572,7 @@ impl<M: IndexMapping, S: Store> LatencyWindow<M, S> {
         self.empty();
         self.current_start = None;
         self.recent = [0; 2];
+        self.stale_run = 0;
         self.cached_ns = None;
         self.next_check = 1;
     }
@@ -552,6 +615,42 @@ mod tests {
         w.record(0, 100).unwrap();
         w.record(u64::MAX, 100).unwrap(); // far future: old samples dropped
         assert_eq!(w.count(), 1);
+    }
+
+    #[test]
+    fn no_gap_is_two_periods_of_half_the_clock_or_more() {
+        for period in [1u64 << 63, u64::MAX] {
+            let mut w: LatencyWindow = LatencyWindow::new(0.01, period, 0.5).unwrap();
+            w.record(0, 100).unwrap();
+            assert!(w.quantile_at(u64::MAX).is_some(), "{period}");
+            w.advance(u64::MAX);
+            assert_eq!(w.count(), 1, "{period}");
+        }
+        // Two periods of 2⁶³ − 1 ns fit: a gap of `u64::MAX` is idle.
+        let mut w: LatencyWindow = LatencyWindow::new(0.01, (1 << 63) - 1, 0.5).unwrap();
+        w.record(0, 100).unwrap();
+        assert_eq!(w.quantile_at(u64::MAX), None);
+        w.advance(u64::MAX);
+        assert_eq!(w.count(), 0);
+    }
+
+    #[test]
+    fn a_run_of_stale_timestamps_moves_time_only_when_it_is_long() {
+        let run = u64::from(LatencyWindow::<CubicMapping>::STALE_RUN);
+        for stale in [1, 2, run - 1, run] {
+            let mut w = window();
+            let t = 7_200 * SEC;
+            w.record(t, 100).unwrap();
+            for i in 0..stale {
+                // Two samples at each timestamp: a repeat counts once.
+                w.record(t - 3_600 * SEC + i, 100).unwrap();
+                w.record(t - 3_600 * SEC + i, 100).unwrap();
+            }
+            // Back to the true time: an idle gap only if the run took over.
+            w.record(t + 1, 100).unwrap();
+            let kept = if stale < run { 2 * stale + 2 } else { 1 };
+            assert_eq!(w.count(), kept, "a run of {stale}");
+        }
     }
 
     #[test]

@@ -129,8 +129,9 @@
 //! # Time
 //! As with `Hedger`: timestamps are the caller's monotonic nanoseconds, and
 //! they may come from threads that read the clock a little apart. A window
-//! restarts its period when the clock steps back, empties after an idle gap
-//! of two periods, and rotates on its sample count and on time (see
+//! restarts its period when the clock steps back, leaves a short run of
+//! stale timestamps out of its time, empties after an idle gap of two
+//! periods, and rotates on its sample count and on time (see
 //! [`crate::window`]). The in-flight slots compare epochs modulo 2⁴⁰ slots
 //! (87 000 years at the default 10 s lease), so timestamps that far apart
 //! may count each other's hedges.

@@ -47,6 +47,10 @@
 //! * The two "recent" timestamps are stored one after the other: a reader
 //!   may see one thread's pair half-updated by another's; the later of the
 //!   two is still a timestamp some thread just used.
+//! * The run of stale timestamps is counted without the flag: threads
+//!   racing on it may count a timestamp twice or miss one, so a run may
+//!   take over a sample or two early or late. One thread counts exactly
+//!   as `LatencyWindow` does.
 //!
 //! Without rotations and clears in flight, counts are exact: every sample
 //! is one atomic increment of its bucket and of its side's count.
@@ -54,7 +58,7 @@
 use crate::mapping::{CubicMapping, IndexMapping};
 use crate::sync::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use crate::window::survival::{self, Answer, Level, Pair, Side};
-use crate::window::{refresh_after, Rotation};
+use crate::window::{idle_after, refresh_after, LatencyWindow, Rotation};
 
 /// Buckets per side: 1 µs (0.95 µs) to 10 min at α = 1 %, like the
 /// default `CollapsingLowestStore<1024>` of [`Hedger`](crate::hedge::Hedger).
@@ -74,6 +78,8 @@ pub(crate) struct Params<M: IndexMapping = CubicMapping> {
     /// The key of the first bucket.
     pub(crate) low: i32,
     pub(crate) rotation: Rotation,
+    /// A longer gap is idle ([`idle_after`]).
+    pub(crate) idle_after: u64,
     pub(crate) quantile: Level,
 }
 
@@ -82,14 +88,16 @@ impl<M: IndexMapping> Params<M> {
     /// `u64` is indexable by the crate's mappings).
     pub(crate) fn new(mapping: M, max_sample_ns: u64, rotation: Rotation, quantile: f64) -> Self {
         let top = mapping.index_u64(max_sample_ns).unwrap_or(0);
+        let period_ns = rotation.period_ns.max(1);
         Self {
             mapping,
             // 1023 below an `i32`: no wrap in `i64`, and back in range.
             low: i32::try_from(i64::from(top).saturating_sub(LAST)).unwrap_or(i32::MIN),
             rotation: Rotation {
-                period_ns: rotation.period_ns.max(1),
+                period_ns,
                 ..rotation
             },
+            idle_after: idle_after(period_ns),
             // Validated with the configuration; 0 if not.
             quantile: Level::new(quantile).unwrap_or(Level::ZERO),
         }
@@ -466,6 +474,12 @@ pub(crate) struct AtomicWindow {
     /// The last two timestamps, older first: written by most samples, so
     /// on a line of its own, away from what every request reads.
     recent: Padded<[AtomicU64; 2]>,
+    /// Stale timestamps since "recent" last moved, the last of them and
+    /// the time they are behind, as in `LatencyWindow` (they leave
+    /// `recent` alone until `STALE_RUN`).
+    stale_run: AtomicU32,
+    stale_at: AtomicU64,
+    stale_of: AtomicU64,
     /// Bumped by every rotation, emptying and period restart.
     generation: AtomicU64,
     /// The try-lock of rotation and refresh (on a line of its own too).
@@ -486,6 +500,9 @@ impl AtomicWindow {
             started: AtomicBool::new(false),
             start: AtomicU64::new(0),
             recent: Padded([AtomicU64::new(0), AtomicU64::new(0)]),
+            stale_run: AtomicU32::new(0),
+            stale_at: AtomicU64::new(0),
+            stale_of: AtomicU64::new(0),
             generation: AtomicU64::new(0),
             busy: Padded(AtomicBool::new(false)),
             cached: AtomicU64::new(0),
@@ -559,7 +576,7 @@ impl AtomicWindow {
         mut refused: impl FnMut(usize, bool),
     ) {
         let period = p.rotation.period_ns;
-        let idle = period.saturating_mul(2);
+        let idle = p.idle_after;
         let warm = p.rotation.min_samples;
         let mut samples = samples.into_iter().enumerate();
         'batch: while self.started.load(Ordering::Acquire) {
@@ -569,9 +586,11 @@ impl AtomicWindow {
             let (mut older, mut last) = (r0.load(Ordering::Relaxed), r1.load(Ordering::Relaxed));
             let stored = (older, last);
             let start = self.start.load(Ordering::Relaxed);
-            // The sample times at which `advance` would act: an idle gap,
-            // or the period's end once the half holds `min_samples`.
+            // The sample times at which `advance` would act: after an idle
+            // gap, before the stale bound, or at the period's end once the
+            // half holds `min_samples`.
             let mut idle_at = older.max(last).saturating_add(idle);
+            let mut stale_below = older.max(last).saturating_sub(idle);
             let rotate_at = start.saturating_add(period);
             let (current, _) = self.halves();
             let next_check = self.next_check.load(Ordering::Relaxed);
@@ -586,7 +605,8 @@ impl AtomicWindow {
                 }
             };
             for (i, (now, elapsed, exact)) in samples.by_ref() {
-                let event = now >= idle_at
+                let event = now > idle_at
+                    || now < stale_below
                     || now < start
                     || (now >= rotate_at && exact_count >= warm)
                     || self.generation.load(Ordering::Relaxed) != generation;
@@ -602,6 +622,7 @@ impl AtomicWindow {
                 if now != last {
                     (older, last) = (last, now);
                     idle_at = older.max(last).saturating_add(idle);
+                    stale_below = older.max(last).saturating_sub(idle);
                 }
                 let (side, gathered) = if exact {
                     (&current.exact, &mut exact_side)
@@ -665,10 +686,14 @@ impl AtomicWindow {
         }
         let [r0, r1] = &self.recent.0;
         let (older, last) = (r0.load(Ordering::Relaxed), r1.load(Ordering::Relaxed));
-        let gap = now.saturating_sub(older.max(last));
+        let reference = older.max(last);
+        let stale = reference.saturating_sub(now) > p.idle_after;
+        if stale {
+            self.note_stale(now, reference);
+        }
         let start = self.start.load(Ordering::Relaxed);
         let period = p.rotation.period_ns;
-        let step = if gap >= period.saturating_mul(2) {
+        let step = if now.saturating_sub(reference) > p.idle_after {
             Step::Empty
         } else if now < start {
             Step::Restart
@@ -682,7 +707,7 @@ impl AtomicWindow {
         // An idle gap leaves "recent" alone until the window is emptied
         // (which resets it): a thread that loses the flag leaves the gap
         // for the next sample to find, not hidden behind its timestamp.
-        if now != last && step != Step::Empty {
+        if now != last && step != Step::Empty && !stale {
             // The samples of one request share its commit time: one entry.
             self.set_recent(last, now);
         }
@@ -711,6 +736,28 @@ impl AtomicWindow {
                 Step::None => {}
             }
         });
+    }
+
+    /// A timestamp an idle gap or more behind "recent": counted (repeats
+    /// once), and at `STALE_RUN` since "recent" last moved taken as the
+    /// window's time.
+    fn note_stale(&self, now: u64, reference: u64) {
+        if self.stale_of.swap(reference, Ordering::Relaxed) != reference {
+            // "Recent" moved since the last one: a new run.
+            self.stale_run.store(0, Ordering::Relaxed);
+        }
+        let mut run = self.stale_run.load(Ordering::Relaxed);
+        if now != self.stale_at.load(Ordering::Relaxed) || run == 0 {
+            self.stale_at.store(now, Ordering::Relaxed);
+            run = self
+                .stale_run
+                .fetch_add(1, Ordering::Relaxed)
+                .saturating_add(1);
+        }
+        if run >= LatencyWindow::<CubicMapping>::STALE_RUN {
+            self.stale_run.store(0, Ordering::Relaxed);
+            self.set_recent(now, now);
+        }
     }
 
     #[inline]
@@ -794,7 +841,7 @@ impl AtomicWindow {
         }
         let [r0, r1] = &self.recent.0;
         let reference = r0.load(Ordering::Relaxed).max(r1.load(Ordering::Relaxed));
-        now.saturating_sub(reference) >= p.rotation.period_ns.saturating_mul(2)
+        now.saturating_sub(reference) > p.idle_after
     }
 
     /// Rotations so far.
