@@ -1,7 +1,8 @@
 //! The rotating window under arbitrary timestamps (repeating, backwards,
 //! jumping to the ends of `u64`) against a naive model that keeps the raw
 //! samples of each half and follows the rotation rule of
-//! `LatencyWindow::new` (`Rotation::every(period)`): counts match exactly,
+//! `LatencyWindow::new` (`Rotation::every(period)`, stale timestamps left
+//! out of the window's time until a run of them): counts match exactly,
 //! reads never change the window, and with only exact samples the union
 //! quantile is within α of the exact one (the estimate is whole
 //! nanoseconds, rounded down). Both mappings: the default cubic one and
@@ -40,9 +41,15 @@ enum Op {
 struct Model {
     /// When the current half began; `None` before the first timestamp.
     start: Option<u64>,
-    /// The last two distinct timestamps given, older first; the later of
-    /// them is what an idle gap is measured from.
+    /// The last two timestamps given that were not stale, older first; the
+    /// later of them is the window's time, what an idle gap is measured
+    /// from.
     recent: [u64; 2],
+    /// The stale timestamps (two periods or more behind the window's time)
+    /// given since the window's time last changed, a repeat of the one
+    /// before left out, and that time.
+    stale: Vec<u64>,
+    stale_of: u64,
     current: Vec<u64>,
     previous: Vec<u64>,
     current_censored: Vec<u64>,
@@ -50,26 +57,57 @@ struct Model {
     rotations: u64,
 }
 
+/// Two periods, the shortest idle gap; `None` when it does not fit in a
+/// `u64` (no gap is idle).
+fn idle_gap(period: u64) -> Option<u64> {
+    period.checked_mul(2)
+}
+
+/// Runs of this many stale timestamps take the new clock.
+const STALE_RUN: usize = LatencyWindow::<CubicMapping>::STALE_RUN as usize;
+
 impl Model {
+    fn time(&self) -> u64 {
+        self.recent[0].max(self.recent[1])
+    }
+
     fn advance(&mut self, now: u64, period: u64) {
         let Some(start) = self.start else {
             self.start = Some(now);
             self.recent = [now; 2];
             return;
         };
-        let gap = now.saturating_sub(self.recent[0].max(self.recent[1]));
-        if now != self.recent[1] {
-            self.recent = [self.recent[1], now];
+        let time = self.time();
+        let idle = idle_gap(period);
+        if idle.is_some_and(|idle| time.saturating_sub(now) >= idle) {
+            // Stale: left out of the window's time until a run of them.
+            if self.stale_of != time {
+                self.stale.clear();
+                self.stale_of = time;
+            }
+            if self.stale.last() != Some(&now) {
+                self.stale.push(now);
+            }
+            if self.stale.len() >= STALE_RUN {
+                self.stale.clear();
+                self.recent = [now; 2];
+            }
+        } else {
+            if now != self.recent[1] {
+                self.recent = [self.recent[1], now];
+            }
+            if idle.is_some_and(|idle| now.saturating_sub(time) >= idle) {
+                // Idle for two periods: both halves are emptied (no rotation).
+                self.current.clear();
+                self.previous.clear();
+                self.current_censored.clear();
+                self.previous_censored.clear();
+                self.recent = [now; 2];
+                self.start = Some(now);
+                return;
+            }
         }
-        if gap >= period.saturating_mul(2) {
-            // Idle for two periods: both halves are emptied (no rotation).
-            self.current.clear();
-            self.previous.clear();
-            self.current_censored.clear();
-            self.previous_censored.clear();
-            self.recent = [now; 2];
-            self.start = Some(now);
-        } else if now < start {
+        if now < start {
             // The clock went back: the period restarts there.
             self.start = Some(now);
         } else if now - start >= period {
@@ -81,7 +119,8 @@ impl Model {
     }
 
     fn idle_at(&self, now: u64, period: u64) -> bool {
-        self.start.is_some() && now.saturating_sub(self.recent[0].max(self.recent[1])) >= period.saturating_mul(2)
+        self.start.is_some()
+            && idle_gap(period).is_some_and(|idle| now.saturating_sub(self.time()) >= idle)
     }
 
     fn count(&self) -> u64 {
@@ -108,7 +147,13 @@ fuzz_target!(|input: (bool, u16, Vec<Op>)| {
 });
 
 fn run<M: IndexMapping + FromRelativeAccuracy>(period: u16, ops: Vec<Op>) {
-    let period = u64::from(period).max(1) * 1_000;
+    // The top value stands for a period of 2⁶³ ns, whose idle gap does not
+    // fit in a `u64`: no gap is idle.
+    let period = if period == u16::MAX {
+        1 << 63
+    } else {
+        u64::from(period).max(1) * 1_000
+    };
     let mut w: LatencyWindow<M> = LatencyWindow::new(ALPHA, period, 0.9).unwrap();
     let mut model = Model::default();
     let mut now: u64 = 1 << 40;
