@@ -97,7 +97,10 @@ pub struct HedgeConfig {
     /// at once, a long lease costs nothing.
     pub in_flight_lease_ns: u64,
     /// Give the whole request up this long after its start (the caller's
-    /// hard timeout). Default `None`.
+    /// hard timeout): the timer armed at [`Request::next_timer`](super::Request::next_timer)
+    /// fires there, and it, or a failure at or past it, ends the race and
+    /// sends nothing more. A commit reported before that event still wins
+    /// (see *State machine* in the [module docs](super)). Default `None`.
     pub deadline_ns: Option<u64>,
 }
 

@@ -67,6 +67,17 @@
 //! spread 2–14 ms; a p90 about 1 %). Give busy targets windows of their own
 //! (`T`) and treat the aggregate as the fallback it is.
 //!
+//! Kaplan–Meier sees only as far as answers reach. Where the delay starts
+//! below the true quantile and every attempt slower than "delay + a
+//! hedge's latency" is cancelled, the tail above that is only ever seen
+//! censored: the estimate stops at the largest answer (never at a
+//! cancellation time, which the delay itself sets) and climbs by about a
+//! hedge's latency at a time. Up to p99 this is not seen in practice; at
+//! p99.9 of a heavy tail (Pareto, shape 1.5) an audit measured the delay
+//! at about 0.53× the true quantile after 40 000 requests, against 0.93×
+//! without hedging. For such levels hedge at a lower quantile the answers
+//! do reach, scaled up ([`HedgeConfig::delay_multiplier_permille`]).
+//!
 //! The caller chooses the commit signal and must use the same one to race
 //! and to record: response headers for plain RPC, first body byte or first
 //! token for streaming (LLM time to first token).
@@ -157,15 +168,19 @@
 //! CI builds such a hedger for `thumbv7em-none-eabihf` (start, timer,
 //! commit, stats; opt-level `"s"`, LTO) and checks from its disassembly
 //! that no software double-precision routine is reachable from any event:
-//! it takes 15.8 KB of flash (22 KB at opt-level 3; see the README's
+//! it takes 16.1 KB of flash (22.7 KB at opt-level 3; see the README's
 //! *Embedded targets*). 64-bit atomics, emulated with a lock on 32-bit
 //! targets, are one out-of-line function an operation there.
 //!
 //! # State machine
 //! Per request (see [`Request`]): `Racing` until the first commit
-//! (`Won(attempt)`) or until the deadline passes, a fatal failure, every
-//! attempt failed, or the caller abandons it (`GaveUp`). The caller arms
-//! its timer at [`Request::next_timer`] after every event.
+//! (`Won(attempt)`), or until a timer or a failure at or past the
+//! deadline, a fatal failure, every attempt failed, or the caller abandons
+//! it (`GaveUp`). A commit reported past the deadline but before any
+//! such event still wins: the answer is in hand (an event loop that finds
+//! the answer and the deadline timer ready in one poll may report either
+//! first), and the sample it gives is exact. The caller arms its timer at
+//! [`Request::next_timer`] after every event.
 //! * `start` → `Racing` with the primary sent; the next hedge is due at
 //!   `start + delay` if [`Request::plan`] is [`Plan::Hedge`].
 //! * `on_timer` while `Racing`: past the deadline → `GaveUp` (cancel all);
