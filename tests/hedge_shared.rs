@@ -5,8 +5,8 @@
 use proptest::prelude::*;
 use tailguard::budget::Budget;
 use tailguard::hedge::{
-    Attempt, CommitOutcome, DelaySource, Failure, HedgeConfig, Hedger, Idempotency, NoHedge, Plan,
-    Request, SharedHedger, TimerAction,
+    Attempt, CommitOutcome, DelaySource, Failure, FailureOutcome, HedgeConfig, Hedger, Idempotency,
+    NoHedge, Plan, Request, SharedHedger, TimerAction,
 };
 use tailguard::store::CollapsingLowestStore;
 use tailguard::window::LatencyWindow;
@@ -851,5 +851,69 @@ fn targets_out_of_range_use_the_aggregate() {
             source: DelaySource::Aggregate,
             ..
         }
+    ));
+}
+
+/// Retry throttling holds across threads: four threads drive a backend
+/// that fails every attempt at once (retryable), through one hedger. The
+/// balance (20 tokens) is shared, so however the threads interleave, at
+/// most 10 failures are retried (each took a token first, and retries stop
+/// at half), every later request's failure is a throttled retry, counted.
+/// Then answers come back and refill it, and a failure is retried again.
+#[test]
+fn a_shared_hedger_throttles_retries_in_a_fail_fast_outage() {
+    let hedger = SharedHedger::new(HedgeConfig::DEFAULT).unwrap();
+    let per_thread = if cfg!(miri) { 10 } else { 2_000u64 };
+    let attempts: u64 = std::thread::scope(|scope| {
+        let runs: Vec<_> = (0..4u64)
+            .map(|thread| {
+                let hedger = &hedger;
+                scope.spawn(move || {
+                    let mut sent = 0u64;
+                    for i in 0..per_thread {
+                        let now = (i * 4 + thread) * MS;
+                        let mut r = hedger.start(0, now, IDEMPOTENT);
+                        let mut attempt = Attempt::PRIMARY;
+                        sent += 1;
+                        while let FailureOutcome::SendNow(next) =
+                            hedger.on_failure(&mut r, attempt, now + 100 * US, Failure::Retryable)
+                        {
+                            attempt = next;
+                            sent += 1;
+                        }
+                        assert!(r.is_finished());
+                    }
+                    sent
+                })
+            })
+            .collect();
+        runs.into_iter().map(|run| run.join().unwrap()).sum()
+    });
+    let n = 4 * per_thread;
+    let s = hedger.stats();
+    assert!(attempts <= n + 10, "{attempts} attempts for {n} requests");
+    assert_eq!(s.gave_up, n);
+    assert_eq!(s.retries_released, attempts - n);
+    assert!(s.retries_throttled + 10 >= n, "{s:?}");
+    // Answers refill the balance: 11 of them leave it at half once the
+    // next failure has taken its token (throttled), 12 above (retried).
+    let now = 10 * SEC;
+    for i in 0..11 {
+        let mut r = hedger.start(0, now + i * MS, IDEMPOTENT);
+        let _ = hedger.on_commit(&mut r, Attempt::PRIMARY, now + i * MS + MS);
+    }
+    let mut r = hedger.start(0, now + 20 * MS, IDEMPOTENT);
+    assert!(matches!(
+        hedger.on_failure(&mut r, Attempt::PRIMARY, now + 21 * MS, Failure::Retryable),
+        FailureOutcome::GiveUp { .. }
+    ));
+    for i in 30..42 {
+        let mut r = hedger.start(0, now + i * MS, IDEMPOTENT);
+        let _ = hedger.on_commit(&mut r, Attempt::PRIMARY, now + i * MS + MS);
+    }
+    let mut r = hedger.start(0, 11 * SEC, IDEMPOTENT);
+    assert!(matches!(
+        hedger.on_failure(&mut r, Attempt::PRIMARY, 11 * SEC + MS, Failure::Retryable),
+        FailureOutcome::SendNow(_)
     ));
 }

@@ -83,6 +83,8 @@ struct Input {
     share_bps: u16,
     per_target: bool,
     log_linear: bool,
+    /// Retry throttling's tokens: 0 (off) to 7.
+    retry_throttle: u8,
     events: Vec<Event>,
 }
 
@@ -94,7 +96,7 @@ struct Live {
 }
 
 /// Every counter of `s`, to check that none decreases.
-fn counters(s: &HedgeStats) -> [u64; 18] {
+fn counters(s: &HedgeStats) -> [u64; 19] {
     [
         s.requests,
         s.hedges_sent,
@@ -114,6 +116,7 @@ fn counters(s: &HedgeStats) -> [u64; 18] {
         s.samples_refused,
         s.clock_anomalies,
         s.evictions,
+        s.retries_throttled,
     ]
 }
 
@@ -144,7 +147,8 @@ fn run<M: IndexMapping + FromRelativeAccuracy>(input: Input) {
         .max_hedges(input.max_hedges % 8)
         .min_samples(u64::from(input.min_samples).max(1))
         .rotation_period_ns(SEC)
-        .in_flight_lease_ns(lease);
+        .in_flight_lease_ns(lease)
+        .retry_throttle(u16::from(input.retry_throttle % 8));
     if let Some(p) = input.prior {
         config = config.prior_delay_ns(u64::from(p));
     }
@@ -185,6 +189,12 @@ fn run<M: IndexMapping + FromRelativeAccuracy>(input: Input) {
     // Whether time has never gone backwards (then the counts are exact).
     let mut monotone = true;
     let mut before = counters(&h.stats());
+    // Retry throttling's balance, as documented: full at first, a
+    // retryable failure takes a token, an answer gives one back; a retry
+    // only while it is above half.
+    let full = u64::from(config.retry_throttle);
+    let mut balance = full;
+    let mut throttled = 0u64;
 
     for event in input.events.into_iter().take(512) {
         let then = now;
@@ -275,6 +285,7 @@ fn run<M: IndexMapping + FromRelativeAccuracy>(input: Input) {
                             assert_eq!(l.request.winner(), Some(winner));
                             l.winners += 1;
                             wins += 1;
+                            balance = (balance + 1).min(full);
                             recorded += 1 + u64::from(cancel.len());
                         }
                         CommitOutcome::Late => assert!(was_finished && attempt.0 < sent),
@@ -300,6 +311,12 @@ fn run<M: IndexMapping + FromRelativeAccuracy>(input: Input) {
                     } else {
                         Failure::Retryable
                     };
+                    let counts = !was_finished && racing.contains(attempt);
+                    if counts && !fatal {
+                        balance = balance.saturating_sub(1);
+                    }
+                    let retry_throttled = full > 0 && balance * 2 <= full;
+                    let retries_before = h.stats().retries_throttled;
                     match h.on_failure(&mut l.request, attempt, now, failure) {
                         FailureOutcome::SendNow(next) => {
                             assert!(!was_finished && !fatal && l.idempotent);
@@ -310,6 +327,7 @@ fn run<M: IndexMapping + FromRelativeAccuracy>(input: Input) {
                             // retry.
                             if racing.without(attempt).is_empty() {
                                 assert!(!l.request.hedge_attempts().contains(next));
+                                assert!(!retry_throttled, "a retry at {balance} of {full}");
                                 retries += 1;
                             } else {
                                 assert!(l.request.hedge_attempts().contains(next));
@@ -322,6 +340,11 @@ fn run<M: IndexMapping + FromRelativeAccuracy>(input: Input) {
                         }
                         FailureOutcome::GiveUp { cancel } => {
                             assert!(!was_finished && racing.contains(attempt));
+                            if h.stats().retries_throttled > retries_before {
+                                // Throttled: a retry was due, none went.
+                                assert!(retry_throttled && !fatal && cancel.is_empty());
+                                throttled += 1;
+                            }
                             assert_eq!(cancel, racing.without(attempt));
                             assert!(l.request.is_finished());
                             recorded += u64::from(cancel.len());
@@ -401,6 +424,7 @@ fn run<M: IndexMapping + FromRelativeAccuracy>(input: Input) {
         assert_eq!(s.requests, starts);
         assert_eq!(s.hedges_sent, sends);
         assert_eq!(s.retries_released, retries);
+        assert_eq!(s.retries_throttled, throttled);
         assert_eq!(s.primary_wins + s.hedge_wins + s.retry_wins, wins);
         assert_eq!(s.gave_up, gave_up);
         // Every attempt recorded lands in exactly one counter; only winners

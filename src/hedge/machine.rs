@@ -33,6 +33,7 @@ pub(crate) enum Stat {
     CensoredSamples,
     SamplesRefused,
     ClockAnomalies,
+    RetriesThrottled,
 }
 
 /// The state a hedger shares between requests, as the machine uses it.
@@ -56,6 +57,13 @@ pub(crate) trait Core<K> {
         self.record_sample(target, now, elapsed, true)
     }
     fn bump(&mut self, stat: Stat);
+    /// The retry balance ([`HedgeConfig::retry_throttle`]): a retryable
+    /// failure takes a token.
+    fn retry_balance_take(&mut self);
+    /// An answered request gives a token back, up to the full balance.
+    fn retry_balance_give(&mut self);
+    /// The balance's tokens now.
+    fn retry_balance(&self) -> u32;
     /// The delay given to the latest request that hedges on a timer.
     fn set_current_delay(&mut self, delay_ns: u64);
 }
@@ -268,6 +276,7 @@ pub(crate) fn commit_sole_primary<K: Copy, C: Core<K>>(
         }
     };
     core.bump(stat);
+    core.retry_balance_give();
     request.phase = Phase::Won(Attempt::PRIMARY);
     request.next_hedge_at = None;
     core.bump(Stat::PrimaryWins);
@@ -299,6 +308,7 @@ pub(crate) fn on_commit<K: Copy, C: Core<K>>(
     let racing = request.in_flight();
     record(core, request, racing, Some(attempt), now);
     release(core, request, racing);
+    core.retry_balance_give();
     request.phase = Phase::Won(attempt);
     request.next_hedge_at = None;
     core.bump(if attempt.is_primary() {
@@ -400,6 +410,9 @@ pub(crate) fn on_failure<K: Copy, C: Core<K>>(
     }
     request.failed = request.failed.with(attempt);
     release(core, request, AttemptSet::EMPTY.with(attempt));
+    if failure == Failure::Retryable {
+        core.retry_balance_take();
+    }
     let past_deadline = request.give_up_at.is_some_and(|g| now >= g);
     if failure == Failure::Fatal || past_deadline {
         return FailureOutcome::GiveUp {
@@ -430,6 +443,15 @@ pub(crate) fn on_failure<K: Copy, C: Core<K>>(
         request.replaced = request.replaced.saturating_add(1);
     }
     let kind = if racing { Extra::Hedge } else { Extra::Retry };
+    // Only where a retry would go out (an idempotent request with an
+    // attempt left) is one throttled.
+    let could_retry = request.hedgeable && usize::from(request.sent) < request::MAX_ATTEMPTS;
+    if kind == Extra::Retry && could_retry && retries_throttled(core) {
+        core.bump(Stat::RetriesThrottled);
+        return FailureOutcome::GiveUp {
+            cancel: give_up(core, request, now),
+        };
+    }
     let sent = send_next(core, request, now, kind);
     if sent.is_ok() && !freed {
         request.replaced = request.replaced.saturating_add(1);
@@ -455,6 +477,14 @@ pub(crate) fn on_failure<K: Copy, C: Core<K>>(
             cancel: give_up(core, request, now),
         },
     }
+}
+
+/// Whether retries are throttled: the balance is at half its tokens or
+/// below (never with a throttle of 0).
+#[inline]
+fn retries_throttled<K: Copy, C: Core<K>>(core: &C) -> bool {
+    let full = u32::from(core.config().retry_throttle);
+    full > 0 && core.retry_balance().saturating_mul(2) <= full
 }
 
 /// The caller gives `request` up at `now`.

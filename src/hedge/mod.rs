@@ -199,8 +199,11 @@
 //!   a *hedge* if other attempts are still in flight (hedges left — a
 //!   failed hedge frees its place —, in-flight cap and budget permitting;
 //!   otherwise the others race on), a *retry* if none is (no budget: it
-//!   adds no concurrent load). With no replacement left the others race
-//!   on, or, with none in flight, `GaveUp`. A retried request keeps its
+//!   adds no concurrent load; but throttled, as gRPC does, once failures
+//!   outrun answers: [`HedgeConfig::retry_throttle`], so that a backend
+//!   failing fast in an outage sees one attempt a request). With no
+//!   replacement left, or retries throttled, the others race on, or, with
+//!   none in flight, `GaveUp`. A retried request keeps its
 //!   hedges: the next one is due one delay after the retry. A request
 //!   sends at most `1 + max_hedges + max_retries` attempts.
 //! * Every event on a finished request changes nothing.
@@ -273,6 +276,8 @@ pub struct Hedger<
     /// Every sample of every target (unused when `T == 1`).
     aggregate: LatencyWindow<M, S>,
     in_flight: InFlight,
+    /// Retry throttling's tokens ([`HedgeConfig::retry_throttle`]).
+    retry_balance: u32,
     stats: HedgeStats,
 }
 
@@ -345,6 +350,7 @@ impl<K: PartialEq + Copy, B: HedgeBudget, const T: usize, S: Store, M: IndexMapp
             table: Table::new(),
             aggregate,
             in_flight: InFlight::new(config.in_flight_lease_ns),
+            retry_balance: u32::from(config.retry_throttle),
             stats: HedgeStats::default(),
         })
     }
@@ -684,12 +690,30 @@ impl<K: PartialEq + Copy, B: HedgeBudget, const T: usize, S: Store, M: IndexMapp
             Stat::CensoredSamples => &mut s.censored_samples,
             Stat::SamplesRefused => &mut s.samples_refused,
             Stat::ClockAnomalies => &mut s.clock_anomalies,
+            Stat::RetriesThrottled => &mut s.retries_throttled,
         });
     }
 
     #[inline]
     fn set_current_delay(&mut self, delay_ns: u64) {
         self.stats.current_delay_ns = Some(delay_ns);
+    }
+
+    #[inline]
+    fn retry_balance_take(&mut self) {
+        self.retry_balance = self.retry_balance.saturating_sub(1);
+    }
+
+    #[inline(always)]
+    fn retry_balance_give(&mut self) {
+        if self.retry_balance < u32::from(self.config.retry_throttle) {
+            self.retry_balance = self.retry_balance.wrapping_add(1); // below a u16
+        }
+    }
+
+    #[inline]
+    fn retry_balance(&self) -> u32 {
+        self.retry_balance
     }
 }
 

@@ -62,6 +62,10 @@ pub struct HedgeStats {
     /// (a clock that went backwards), one per attempt: their samples were
     /// not recorded.
     pub clock_anomalies: u64,
+    /// Failed attempts not retried because retries were throttled
+    /// ([`HedgeConfig::retry_throttle`](super::HedgeConfig::retry_throttle)):
+    /// their requests gave up.
+    pub retries_throttled: u64,
     /// Targets evicted from the table to make room.
     pub evictions: u64,
     /// The delay given to the most recent request that hedges on a timer

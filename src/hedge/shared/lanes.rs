@@ -38,13 +38,13 @@ pub(crate) const LANES: usize = 8;
 pub(crate) const LANE_SAMPLES: usize = 64;
 
 /// Counters a lane holds: every [`Stat`] and the requests.
-const COUNTERS: usize = 16;
+const COUNTERS: usize = 17;
 
 /// The index of "requests started" (the [`Stat`]s come first).
 const REQUESTS: usize = COUNTERS - 1;
 
 // Every `Stat` has a counter before `REQUESTS`.
-const _: () = assert!(Stat::ClockAnomalies as usize + 1 == REQUESTS);
+const _: () = assert!(Stat::RetriesThrottled as usize + 1 == REQUESTS);
 
 /// A sample waiting in a lane.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -440,6 +440,7 @@ impl Lanes {
             censored_samples: s(Stat::CensoredSamples),
             samples_refused: s(Stat::SamplesRefused),
             clock_anomalies: s(Stat::ClockAnomalies),
+            retries_throttled: s(Stat::RetriesThrottled),
             evictions: 0,
             // A delay of `u64::MAX` reads as `u64::MAX − 1`.
             current_delay_ns: self.current_delay.load(Ordering::Relaxed).checked_sub(1),

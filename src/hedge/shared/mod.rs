@@ -152,6 +152,7 @@ use super::{
 };
 use crate::budget::{Budget, BudgetStats, HedgeBudget};
 use crate::mapping::IndexMapping;
+use crate::sync::{AtomicU32, Ordering};
 use crate::{CubicMapping, FromRelativeAccuracy};
 use in_flight::AtomicInFlight;
 use lanes::{Lane, Lanes, Locked, Sample, LANE_SAMPLES};
@@ -190,6 +191,9 @@ pub struct SharedHedger<B: HedgeBudget = Budget, const T: usize = 1, M: IndexMap
     /// Every sample of every target (unused when `T == 1`).
     aggregate: AtomicWindow,
     in_flight: AtomicInFlight,
+    /// Retry throttling's tokens ([`HedgeConfig::retry_throttle`]):
+    /// written only by failures and by answers while it is not full.
+    retry_balance: AtomicU32,
     lanes: Lanes,
     /// Samples a lane publishes at a time (1: each at once, no lane).
     batch: usize,
@@ -234,6 +238,7 @@ impl<B: HedgeBudget, const T: usize, M: IndexMapping + FromRelativeAccuracy> Sha
             windows: core::array::from_fn(|_| AtomicWindow::new()),
             aggregate: AtomicWindow::new(),
             in_flight: AtomicInFlight::new(config.in_flight_lease_ns),
+            retry_balance: AtomicU32::new(u32::from(config.retry_throttle)),
             lanes: Lanes::new(),
             batch: LANE_SAMPLES,
             max_wait_ns: MAX_WAIT_NS.min(rotation.period_ns / 8),
@@ -618,5 +623,28 @@ impl<B: HedgeBudget, const T: usize, M: IndexMapping> Core<usize> for Here<'_, B
     #[inline]
     fn set_current_delay(&mut self, delay_ns: u64) {
         self.hedger.lanes.set_current_delay(delay_ns);
+    }
+
+    #[inline]
+    fn retry_balance_take(&mut self) {
+        let b = &self.hedger.retry_balance;
+        let _ = b.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| v.checked_sub(1));
+    }
+
+    #[inline(always)]
+    fn retry_balance_give(&mut self) {
+        let full = u32::from(self.hedger.config.retry_throttle);
+        let b = &self.hedger.retry_balance;
+        // Full, nearly always: one load, no write to a shared line.
+        if b.load(Ordering::Relaxed) < full {
+            let _ = b.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
+                (v < full).then(|| v.saturating_add(1))
+            });
+        }
+    }
+
+    #[inline]
+    fn retry_balance(&self) -> u32 {
+        self.hedger.retry_balance.load(Ordering::Relaxed)
     }
 }
