@@ -69,6 +69,11 @@ impl<'a> Batch<'a> {
         self.slots.iter().map(Slot::sample)
     }
 
+    /// How many samples.
+    pub(crate) fn len(&self) -> usize {
+        self.slots.len()
+    }
+
     /// The `i`th sample, if there is one.
     pub(crate) fn get(&self, i: usize) -> Option<Sample> {
         self.slots.get(i).map(Slot::sample)

@@ -354,7 +354,7 @@ impl<B: HedgeBudget, const T: usize, M: IndexMapping> SharedHedger<B, T, M> {
     pub fn flush(&self, now: u64) {
         for lane in self.lanes.all() {
             if let Some(locked) = lane.try_lock() {
-                self.publish(&locked, now);
+                self.publish(&locked, now, false);
             }
         }
     }
@@ -496,12 +496,20 @@ impl<B: HedgeBudget, const T: usize, M: IndexMapping> SharedHedger<B, T, M> {
 
     /// Publishes a lane: its samples to the windows, in the order they
     /// came (each window gets its own in one batch), and its deposits to
-    /// the budget at `now`.
-    fn publish(&self, locked: &Locked<'_>, now: u64) {
+    /// the budget at `now`. With `own`, the batch's last sample is the
+    /// caller's, not counted yet: whether it was taken is returned (and a
+    /// refusal of it left to the caller to count); `true` otherwise.
+    fn publish(&self, locked: &Locked<'_>, now: u64, own: bool) -> bool {
         let batch = locked.drain(now);
         let lane = locked.lane();
-        // Counted as recorded when it was buffered.
-        let refused = |exact: bool| {
+        let last = batch.len().wrapping_sub(1);
+        let own_refused = core::cell::Cell::new(false);
+        // Counted as recorded when it was buffered (all but `own`'s).
+        let refused = |i: usize, exact: bool| {
+            if own && i == last {
+                own_refused.set(true);
+                return;
+            }
             lane.unbump(if exact {
                 Stat::Samples
             } else {
@@ -514,7 +522,7 @@ impl<B: HedgeBudget, const T: usize, M: IndexMapping> SharedHedger<B, T, M> {
         if T == 1 {
             // The single window takes every target.
             if let Some(w) = self.windows.first() {
-                w.record_batch(p, all(), |_, exact| refused(exact));
+                w.record_batch(p, all(), refused);
             }
         } else {
             // Each target's window its samples (targets in the order they
@@ -524,20 +532,29 @@ impl<B: HedgeBudget, const T: usize, M: IndexMapping> SharedHedger<B, T, M> {
             for (i, s) in batch.iter().enumerate() {
                 let first = batch.iter().take(i).all(|b| b.target != s.target);
                 if let (true, Some(w)) = (first, self.windows.get(s.target)) {
-                    let of = batch
-                        .iter()
-                        .filter(|b| b.target == s.target)
-                        .map(|b| (b.at, b.elapsed, b.exact));
-                    w.record_batch(p, of, |_, exact| refused(exact));
+                    let of = || {
+                        batch
+                            .iter()
+                            .enumerate()
+                            .filter(|(_, b)| b.target == s.target)
+                    };
+                    let samples = of().map(|(_, b)| (b.at, b.elapsed, b.exact));
+                    w.record_batch(p, samples, |k, exact| {
+                        // The `k`th of this target's: its place in the batch.
+                        if let Some((at, _)) = of().nth(k) {
+                            refused(at, exact);
+                        }
+                    });
                 }
             }
             self.aggregate.record_batch(p, all(), |i, exact| {
                 if batch.get(i).is_some_and(|s| s.target >= T) {
-                    refused(exact);
+                    refused(i, exact);
                 }
             });
         }
         self.deposit(now, locked.take_deposits());
+        !own_refused.get()
     }
 
     /// Deposits `n` requests in the budget at `now`.
@@ -602,13 +619,11 @@ impl<B: HedgeBudget, const T: usize, M: IndexMapping> Core<usize> for Here<'_, B
                     exact,
                 };
                 if locked.push(sample) {
-                    if h.due(&locked, target, now) {
-                        h.publish(&locked, now);
-                    }
-                    return true;
+                    // Published with the batch it completes: refused or not.
+                    return !h.due(&locked, target, now) || h.publish(&locked, now, true);
                 }
                 // Full (a batch is at most the lane's size: not reached).
-                h.publish(&locked, now);
+                h.publish(&locked, now, false);
             }
         }
         // No batching, or the lane is another thread's at this moment.
@@ -646,5 +661,79 @@ impl<B: HedgeBudget, const T: usize, M: IndexMapping> Core<usize> for Here<'_, B
     #[inline]
     fn retry_balance(&self) -> u32 {
         self.hedger.retry_balance.load(Ordering::Relaxed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: u64 = 1_000_000;
+
+    /// A sample refused while its own lane publishes (here: at once, the
+    /// window being cold) is counted as refused only, also as a lane's
+    /// first sample, whose counters are still 0.
+    #[test]
+    fn a_sample_refused_in_its_own_publication_is_counted_once() {
+        for exact in [true, false] {
+            let hedger = SharedHedger::new(HedgeConfig::DEFAULT).unwrap();
+            let window = hedger.windows.first().unwrap();
+            // Started, so that the fill lands in the half being written.
+            assert!(window.record(&hedger.params, 0, 3 * MS, true));
+            window.fill_bucket(&hedger.params, 5 * MS, exact);
+            let mut request = hedger.start(0, 0, Idempotency::Idempotent);
+            if exact {
+                hedger.on_commit(&mut request, Attempt::PRIMARY, 5 * MS);
+            } else {
+                hedger.abandon(&mut request, 5 * MS);
+            }
+            let s = hedger.stats();
+            assert_eq!(
+                (s.samples, s.censored_samples, s.samples_refused),
+                (0, 0, 1),
+                "exact: {exact}"
+            );
+        }
+    }
+
+    /// As above with several targets: refused by the target's own window,
+    /// or by the aggregate for a target without one.
+    #[test]
+    fn a_refusal_is_counted_once_with_targets() {
+        for target in [1, 5] {
+            let hedger: SharedHedger<Budget, 2> =
+                SharedHedger::with_budget(HedgeConfig::DEFAULT, Budget::default()).unwrap();
+            let window = hedger.window(target).unwrap_or(&hedger.aggregate);
+            assert!(window.record(&hedger.params, 0, 3 * MS, true));
+            window.fill_bucket(&hedger.params, 5 * MS, true);
+            let mut request = hedger.start(target, 0, Idempotency::Idempotent);
+            hedger.on_commit(&mut request, Attempt::PRIMARY, 5 * MS);
+            let s = hedger.stats();
+            assert_eq!((s.samples, s.samples_refused), (0, 1), "target {target}");
+        }
+    }
+
+    /// The same in a batch: samples buffered and then refused when the
+    /// batch is published are taken back from the counts, the publishing
+    /// sample's own refusal counted once.
+    #[test]
+    fn refusals_in_a_batch_are_counted_once_each() {
+        let config = HedgeConfig::DEFAULT.min_samples(1);
+        let hedger = SharedHedger::new(config).unwrap();
+        // Warm, so that samples wait in the lane.
+        let mut first = hedger.start(0, 0, Idempotency::NotIdempotent);
+        hedger.on_commit(&mut first, Attempt::PRIMARY, 3 * MS);
+        let window = hedger.windows.first().unwrap();
+        window.fill_bucket(&hedger.params, 5 * MS, true);
+        let n = hedger.batch() as u64 * 2;
+        for i in 0..n {
+            // Within 1 ms of each other: batched.
+            let t = 3 * MS + i;
+            let mut r = hedger.start(0, t, Idempotency::NotIdempotent);
+            hedger.on_commit(&mut r, Attempt::PRIMARY, t + 5 * MS);
+        }
+        hedger.flush(4 * MS + n);
+        let s = hedger.stats();
+        assert_eq!((s.samples, s.samples_refused), (1, n));
     }
 }

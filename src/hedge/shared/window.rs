@@ -536,6 +536,22 @@ impl AtomicWindow {
         }
     }
 
+    /// Fills the current half's bucket of `value` (exact or censored side)
+    /// to the limit, so that its next sample is refused.
+    #[cfg(test)]
+    pub(crate) fn fill_bucket<M: IndexMapping>(&self, p: &Params<M>, value: u64, exact: bool) {
+        let (current, _) = self.halves();
+        let side = if exact {
+            &current.exact
+        } else {
+            &current.censored
+        };
+        let key = p.mapping.index_u64(value).unwrap_or(0);
+        if let Some(bucket) = side.buckets.get(p.slot(key)) {
+            bucket.store(BUCKET_LIMIT, Ordering::Relaxed);
+        }
+    }
+
     /// Records one sample of `elapsed` ns at `now`, exact or censored;
     /// `false` if its bucket is full.
     #[inline]
