@@ -1033,6 +1033,34 @@ fn a_fail_fast_outage_does_not_multiply_backend_load() {
     assert_eq!(sim.tally.attempts_sent, 3_000);
 }
 
+/// Every throttle the configuration takes (0 and 3 up) retries the first
+/// failure from a full balance, and in a fail-fast outage stops retrying
+/// once failures have taken half the balance: at most `n / 2` retries
+/// from a balance of `n`, whatever `n` (1 and 2, which would retry
+/// nothing, are refused).
+#[test]
+fn every_accepted_throttle_retries_from_full_and_stops_at_half() {
+    for n in [3u16, 4, 5, 7, 20, 101, u16::MAX] {
+        let config = HedgeConfig::DEFAULT.retry_throttle(n).max_hedges(0);
+        let mut h: Hedger = Hedger::new(config).unwrap();
+        let mut r = h.start((), 0, IDEM);
+        let first = h.on_failure(&mut r, Attempt::PRIMARY, US, Failure::Retryable);
+        assert!(
+            matches!(first, FailureOutcome::SendNow(_)),
+            "n = {n}: {first:?}"
+        );
+        let requests = u64::from(n) * 2;
+        let mut sim = Sim::new(&mut h, |_, _, _| Reply::Fail(200 * US, Failure::Retryable));
+        for i in 0..requests {
+            sim.start((), MS + i * MS, IDEM, None);
+        }
+        sim.run_all();
+        let s = sim.h.stats();
+        assert!(s.retries_released <= u64::from(n / 2), "n = {n}: {s:?}");
+        assert!(s.retries_throttled >= requests / 2, "n = {n}: {s:?}");
+    }
+}
+
 /// After the outage the backend recovers to 20 % fail-fast attempts: answers
 /// refill the balance within a few requests and retries resume, so failed
 /// requests fall back to what `max_retries` alone gives (0.2³ = 0.8 %),

@@ -762,6 +762,14 @@ fn invalid_configurations_are_errors() {
             HedgeConfig::DEFAULT.deadline_ns(0),
             ConfigError::ZeroDeadline,
         ),
+        (
+            HedgeConfig::DEFAULT.retry_throttle(1),
+            ConfigError::RetryThrottle(1),
+        ),
+        (
+            HedgeConfig::DEFAULT.retry_throttle(2),
+            ConfigError::RetryThrottle(2),
+        ),
     ];
     for (config, expected) in bad {
         assert_eq!(Hedger::new(config).unwrap_err(), expected);

@@ -15,12 +15,12 @@
 
 use libfuzzer_sys::fuzz_target;
 use tailguard::budget::{Budget, RatioBudget};
+use tailguard::hedge::{
+    Attempt, CommitOutcome, ConfigError, DelaySource, Failure, FailureOutcome, HedgeConfig,
+    HedgeStats, Hedger, Idempotency, Plan, Request, TimerAction,
+};
 use tailguard::store::CollapsingLowestStore;
 use tailguard::{CubicMapping, FromRelativeAccuracy, IndexMapping, LogLinearMapping};
-use tailguard::hedge::{
-    Attempt, CommitOutcome, DelaySource, Failure, FailureOutcome, HedgeConfig, HedgeStats, Hedger,
-    Idempotency, Plan, Request, TimerAction,
-};
 
 const SEC: u64 = 1_000_000_000;
 const HOUR: u64 = 3_600 * SEC;
@@ -149,6 +149,14 @@ fn run<M: IndexMapping + FromRelativeAccuracy>(input: Input) {
         .rotation_period_ns(SEC)
         .in_flight_lease_ns(lease)
         .retry_throttle(u16::from(input.retry_throttle % 8));
+    if matches!(config.retry_throttle, 1 | 2) {
+        // Refused: every retry would be throttled.
+        assert_eq!(
+            config.validate(),
+            Err(ConfigError::RetryThrottle(config.retry_throttle))
+        );
+        config = config.retry_throttle(config.retry_throttle + 2);
+    }
     if let Some(p) = input.prior {
         config = config.prior_delay_ns(u64::from(p));
     }

@@ -88,7 +88,9 @@ pub struct HedgeConfig {
     /// retried (give it a hedger of its own). Default 20: failures must
     /// outnumber answers by 10 before retries stop, which a backend
     /// failing one attempt in five did not do in 20 000 requests (tested);
-    /// 0 turns throttling off.
+    /// 0 turns throttling off. 1 and 2 are refused
+    /// ([`ConfigError::RetryThrottle`]): a failure's own token would take
+    /// the balance to half, so nothing would ever be retried.
     pub retry_throttle: u16,
     /// A delay to use during cold start. Default `None`: no hedging until
     /// the window holds `min_samples` samples.
@@ -284,6 +286,9 @@ impl HedgeConfig {
         if self.deadline_ns == Some(0) {
             return Err(ConfigError::ZeroDeadline);
         }
+        if matches!(self.retry_throttle, 1 | 2) {
+            return Err(ConfigError::RetryThrottle(self.retry_throttle));
+        }
         Ok(())
     }
 }
@@ -364,6 +369,10 @@ pub enum ConfigError {
     ZeroInFlight,
     /// A deadline of 0 would give up every request at once.
     ZeroDeadline,
+    /// A retry throttle of 1 or 2 tokens: a failure's own token takes the
+    /// balance to half or below, so no failure would ever be retried. Use
+    /// 0 for no throttling, or 3 and up.
+    RetryThrottle(u16),
     /// [`SharedHedger`](super::SharedHedger) only: its fixed key range
     /// (1 024 buckets a side, ending at `max_sample_ns`) reaches down to
     /// `floor_ns` only, above 1 µs and above what `min_delay_ns` lets the
@@ -396,6 +405,10 @@ impl fmt::Display for ConfigError {
                 "max_hedges_in_flight is 0; disable hedging with max_hedges(0), or allow at least 1",
             ),
             Self::ZeroDeadline => f.write_str("the request deadline is 0 ns; give a positive timeout or none"),
+            Self::RetryThrottle(n) => write!(
+                f,
+                "a retry throttle of {n} tokens would throttle every retry; use 0 for none, or 3 and up (e.g. 20)"
+            ),
             Self::SharedKeyRange { floor_ns } => write!(
                 f,
                 "a shared hedger's 1 024 buckets reach down to {floor_ns} ns only; raise relative_accuracy, lower max_sample_ns, or raise min_delay_ns to at least that"
