@@ -58,12 +58,12 @@ pub(crate) trait Core<K> {
     }
     fn bump(&mut self, stat: Stat);
     /// The retry balance ([`HedgeConfig::retry_throttle`]): a retryable
-    /// failure takes a token.
-    fn retry_balance_take(&mut self);
+    /// failure takes a token. Returns the balance this take left (one
+    /// atomic step in the shared hedger: the throttle decides on it, not
+    /// on a later read that other threads' takes may have lowered).
+    fn retry_balance_take(&mut self) -> u32;
     /// An answered request gives a token back, up to the full balance.
     fn retry_balance_give(&mut self);
-    /// The balance's tokens now.
-    fn retry_balance(&self) -> u32;
     /// The delay given to the latest request that hedges on a timer.
     fn set_current_delay(&mut self, delay_ns: u64);
 }
@@ -410,9 +410,11 @@ pub(crate) fn on_failure<K: Copy, C: Core<K>>(
     }
     request.failed = request.failed.with(attempt);
     release(core, request, AttemptSet::EMPTY.with(attempt));
-    if failure == Failure::Retryable {
-        core.retry_balance_take();
-    }
+    let balance = if failure == Failure::Retryable {
+        core.retry_balance_take()
+    } else {
+        0 // fatal: given up below, never retried
+    };
     let past_deadline = request.give_up_at.is_some_and(|g| now >= g);
     if failure == Failure::Fatal || past_deadline {
         return FailureOutcome::GiveUp {
@@ -446,7 +448,7 @@ pub(crate) fn on_failure<K: Copy, C: Core<K>>(
     // Only where a retry would go out (an idempotent request with an
     // attempt left) is one throttled.
     let could_retry = request.hedgeable && usize::from(request.sent) < request::MAX_ATTEMPTS;
-    if kind == Extra::Retry && could_retry && retries_throttled(core) {
+    if kind == Extra::Retry && could_retry && retries_throttled(core.config(), balance) {
         core.bump(Stat::RetriesThrottled);
         return FailureOutcome::GiveUp {
             cancel: give_up(core, request, now),
@@ -479,12 +481,12 @@ pub(crate) fn on_failure<K: Copy, C: Core<K>>(
     }
 }
 
-/// Whether retries are throttled: the balance is at half its tokens or
+/// Whether retries are throttled at `balance`: at half the tokens or
 /// below (never with a throttle of 0).
 #[inline]
-fn retries_throttled<K: Copy, C: Core<K>>(core: &C) -> bool {
-    let full = u32::from(core.config().retry_throttle);
-    full > 0 && core.retry_balance().saturating_mul(2) <= full
+fn retries_throttled(config: &HedgeConfig, balance: u32) -> bool {
+    let full = u32::from(config.retry_throttle);
+    full > 0 && balance.saturating_mul(2) <= full
 }
 
 /// The caller gives `request` up at `now`.

@@ -202,8 +202,8 @@
 //!   adds no concurrent load; but throttled, as gRPC does, once failures
 //!   outrun answers: [`HedgeConfig::retry_throttle`], so that a backend
 //!   failing fast in an outage sees one attempt a request). With no
-//!   replacement left, or retries throttled, the others race on, or, with
-//!   none in flight, `GaveUp`. A retried request keeps its
+//!   replacement left the others race on, or, with none in flight,
+//!   `GaveUp`; a throttled retry is `GaveUp` too. A retried request keeps its
 //!   hedges: the next one is due one delay after the retry. A request
 //!   sends at most `1 + max_hedges + max_retries` attempts.
 //! * Every event on a finished request changes nothing.
@@ -700,8 +700,9 @@ impl<K: PartialEq + Copy, B: HedgeBudget, const T: usize, S: Store, M: IndexMapp
     }
 
     #[inline]
-    fn retry_balance_take(&mut self) {
+    fn retry_balance_take(&mut self) -> u32 {
         self.retry_balance = self.retry_balance.saturating_sub(1);
+        self.retry_balance
     }
 
     #[inline(always)]
@@ -709,11 +710,6 @@ impl<K: PartialEq + Copy, B: HedgeBudget, const T: usize, S: Store, M: IndexMapp
         if self.retry_balance < u32::from(self.config.retry_throttle) {
             self.retry_balance = self.retry_balance.wrapping_add(1); // below a u16
         }
-    }
-
-    #[inline]
-    fn retry_balance(&self) -> u32 {
-        self.retry_balance
     }
 }
 

@@ -37,14 +37,18 @@ pub(crate) const LANES: usize = 8;
 /// The most samples a lane holds.
 pub(crate) const LANE_SAMPLES: usize = 64;
 
-/// Counters a lane holds: every [`Stat`] and the requests.
-const COUNTERS: usize = 17;
-
 /// The index of "requests started" (the [`Stat`]s come first).
-const REQUESTS: usize = COUNTERS - 1;
+const REQUESTS: usize = Stat::RetriesThrottled as usize + 1;
 
-// Every `Stat` has a counter before `REQUESTS`.
-const _: () = assert!(Stat::RetriesThrottled as usize + 1 == REQUESTS);
+/// The indexes of exact and censored samples taken back: counted when
+/// buffered, refused when published. Counters of their own, subtracted
+/// when read, so that a take-back that comes before the count it takes
+/// back (another thread publishes the sample before its thread counts
+/// it) is not lost.
+const TAKEN_BACK: [usize; 2] = [REQUESTS + 1, REQUESTS + 2];
+
+/// Counters a lane holds: every [`Stat`], the requests, the take-backs.
+const COUNTERS: usize = REQUESTS + 3;
 
 /// A sample waiting in a lane.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -149,13 +153,11 @@ impl Lane {
         self.add(stat as usize);
     }
 
-    /// Takes back one count of `stat` (a sample counted when buffered and
-    /// refused when published).
-    pub(crate) fn unbump(&self, stat: Stat) {
-        if let Some(counter) = self.counters.get(stat as usize) {
-            let _ =
-                counter.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |c| c.checked_sub(1));
-        }
+    /// Takes back the count of one sample, exact or censored: counted
+    /// when buffered, refused when published.
+    pub(crate) fn take_back(&self, exact: bool) {
+        let [exact_index, censored_index] = TAKEN_BACK;
+        self.add(if exact { exact_index } else { censored_index });
     }
 
     /// Counts a request started; returns the requests counted on this lane
@@ -427,6 +429,7 @@ impl Lanes {
     /// events may see some of an event's counters and not others).
     pub(crate) fn snapshot(&self) -> HedgeStats {
         let s = |stat: Stat| self.sum(stat as usize);
+        let [exact_back, censored_back] = TAKEN_BACK;
         HedgeStats {
             requests: self.sum(REQUESTS),
             hedges_sent: s(Stat::HedgesSent),
@@ -441,8 +444,8 @@ impl Lanes {
             in_flight_limited: s(Stat::InFlightLimited),
             leases_expired: 0,
             gave_up: s(Stat::GaveUp),
-            samples: s(Stat::Samples),
-            censored_samples: s(Stat::CensoredSamples),
+            samples: s(Stat::Samples).saturating_sub(self.sum(exact_back)),
+            censored_samples: s(Stat::CensoredSamples).saturating_sub(self.sum(censored_back)),
             samples_refused: s(Stat::SamplesRefused),
             clock_anomalies: s(Stat::ClockAnomalies),
             retries_throttled: s(Stat::RetriesThrottled),
@@ -588,5 +591,31 @@ mod tests {
         }
         // Counted 7: two past the deposits.
         assert_eq!(lane.try_lock().unwrap().take_deposits(), 2);
+    }
+
+    /// A take-back that comes before the count it takes back (another
+    /// thread published and refused the sample before its own thread
+    /// counted it) still cancels it, on whichever lane each lands.
+    #[test]
+    fn a_take_back_before_its_count_still_cancels_it() {
+        let lanes = Lanes::new();
+        let [a, b, ..] = lanes.all();
+        for exact in [true, false] {
+            a.take_back(exact);
+            a.bump(Stat::SamplesRefused);
+        }
+        let s = lanes.snapshot();
+        assert_eq!(
+            (s.samples, s.censored_samples, s.samples_refused),
+            (0, 0, 2)
+        );
+        a.bump(Stat::Samples);
+        b.bump(Stat::CensoredSamples);
+        b.bump(Stat::Samples);
+        let s = lanes.snapshot();
+        assert_eq!(
+            (s.samples, s.censored_samples, s.samples_refused),
+            (1, 0, 2)
+        );
     }
 }

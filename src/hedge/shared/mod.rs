@@ -491,7 +491,11 @@ impl<B: HedgeBudget, const T: usize, M: IndexMapping> SharedHedger<B, T, M> {
             .is_none_or(|since| since >= self.max_wait_ns);
         let min = self.config.min_samples;
         let cold = |w: &AtomicWindow| w.exact_count() < min;
-        slow || self.window(target).is_none_or(cold) || (T > 1 && cold(&self.aggregate))
+        slow || match self.window(target) {
+            Some(w) => cold(w) || (T > 1 && cold(&self.aggregate)),
+            // No window of its own: the aggregate is its window.
+            None => cold(&self.aggregate),
+        }
     }
 
     /// Publishes a lane: its samples to the windows, in the order they
@@ -510,11 +514,7 @@ impl<B: HedgeBudget, const T: usize, M: IndexMapping> SharedHedger<B, T, M> {
                 own_refused.set(true);
                 return;
             }
-            lane.unbump(if exact {
-                Stat::Samples
-            } else {
-                Stat::CensoredSamples
-            });
+            lane.take_back(exact);
             lane.bump(Stat::SamplesRefused);
         };
         let p = &self.params;
@@ -641,9 +641,11 @@ impl<B: HedgeBudget, const T: usize, M: IndexMapping> Core<usize> for Here<'_, B
     }
 
     #[inline]
-    fn retry_balance_take(&mut self) {
+    fn retry_balance_take(&mut self) -> u32 {
         let b = &self.hedger.retry_balance;
-        let _ = b.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| v.checked_sub(1));
+        let before = b.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| v.checked_sub(1));
+        // Already empty (`Err(0)`): it stays 0.
+        before.unwrap_or(0).saturating_sub(1)
     }
 
     #[inline(always)]
@@ -656,11 +658,6 @@ impl<B: HedgeBudget, const T: usize, M: IndexMapping> Core<usize> for Here<'_, B
                 (v < full).then(|| v.saturating_add(1))
             });
         }
-    }
-
-    #[inline]
-    fn retry_balance(&self) -> u32 {
-        self.hedger.retry_balance.load(Ordering::Relaxed)
     }
 }
 
@@ -711,6 +708,26 @@ mod tests {
             let s = hedger.stats();
             assert_eq!((s.samples, s.samples_refused), (0, 1), "target {target}");
         }
+    }
+
+    /// A target without a window of its own batches like the others once
+    /// the aggregate (its window) is warm: its samples wait in the lane.
+    #[test]
+    fn a_target_without_a_window_batches_once_the_aggregate_is_warm() {
+        let config = HedgeConfig::DEFAULT.min_samples(1);
+        let hedger: SharedHedger<Budget, 2> =
+            SharedHedger::with_budget(config, Budget::default()).unwrap();
+        let target = 5;
+        for i in 0..4u64 {
+            let t = i * 10;
+            let mut r = hedger.start(target, t, Idempotency::NotIdempotent);
+            hedger.on_commit(&mut r, Attempt::PRIMARY, t + 3 * MS);
+        }
+        // The first published at once (cold), the rest wait.
+        assert_eq!(hedger.aggregate.count(), 1);
+        hedger.flush(4 * MS);
+        assert_eq!(hedger.aggregate.count(), 4);
+        assert_eq!(hedger.stats().samples, 4);
     }
 
     /// The same in a batch: samples buffered and then refused when the
