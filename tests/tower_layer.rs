@@ -733,3 +733,60 @@ async fn the_deadline_fires_while_a_hedge_waits_for_readiness() {
     assert_eq!(hedger.stats().gave_up, 1);
     assert_eq!(hedger.hedges_in_flight(u64::MAX / 2), 0);
 }
+
+/// A hedge waiting for readiness holds a place in the inner service's
+/// queue. When a failure releases an attempt at once, that attempt goes
+/// out on the waiting clone, so the permit the failure frees is not handed
+/// to a clone nobody polls. One permit; the primary fails at 10 ms while
+/// the hedge (due at 5 ms) waits for it: the retry is called at 10 ms and
+/// answers at 11 ms, also with a deadline at 14 ms (before the fix it
+/// timed out there).
+#[tokio::test(start_paused = true)]
+async fn an_attempt_a_failure_releases_takes_the_waiting_clone() {
+    for deadline in [None, Some(14 * MS)] {
+        let backend = Backend::new(|_, n| match n {
+            0 => Reply::FailAfter(ms(10), Failure::Retryable),
+            _ => Reply::After(ms(1)),
+        });
+        let limited = tower::limit::ConcurrencyLimit::new(backend.clone(), 1);
+        let mut config = prior_5ms().max_retries(1);
+        if let Some(d) = deadline {
+            config = config.deadline_ns(d);
+        }
+        let hedger = hedger(config);
+        let service = HedgeLayer::new(Arc::clone(&hedger), EvenIdempotent).layer(limited);
+        let t0 = Instant::now();
+        assert_eq!(service.oneshot(0).await.unwrap(), (0, 1));
+        assert_eq!(t0.elapsed(), ms(11));
+        let calls: Vec<_> = backend.calls().iter().map(|c| c.2 - t0).collect();
+        assert_eq!(calls, [ms(0), ms(10)]);
+        let stats = hedger.stats();
+        assert_eq!(
+            (stats.retries_released, stats.hedges_sent, stats.retry_wins),
+            (1, 0, 1),
+            "{stats:?}"
+        );
+    }
+}
+
+/// Two permits; the primary never answers in time, the first hedge (5 ms)
+/// fails at 12 ms while the second (due at 10 ms) waits for a permit: the
+/// replacement the failure releases goes out at 12 ms on the waiting
+/// clone and answers at 13 ms.
+#[tokio::test(start_paused = true)]
+async fn a_replacement_hedge_takes_the_waiting_clone() {
+    let backend = Backend::new(|_, n| match n {
+        0 => Reply::After(ms(1_000)),
+        1 => Reply::FailAfter(ms(7), Failure::Retryable),
+        _ => Reply::After(ms(1)),
+    });
+    let limited = tower::limit::ConcurrencyLimit::new(backend.clone(), 2);
+    let hedger = hedger(prior_5ms().max_hedges(2).max_retries(1));
+    let service = HedgeLayer::new(Arc::clone(&hedger), EvenIdempotent).layer(limited);
+    let t0 = Instant::now();
+    assert_eq!(service.oneshot(0).await.unwrap(), (0, 2));
+    assert_eq!(t0.elapsed(), ms(13));
+    let calls: Vec<_> = backend.calls().iter().map(|c| c.2 - t0).collect();
+    assert_eq!(calls, [ms(0), ms(5), ms(12)]);
+    assert_eq!(hedger.stats().hedges_sent, 2);
+}

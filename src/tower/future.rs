@@ -207,16 +207,19 @@ where
                 Launch {
                     extras: &mut *this.extras,
                     spare: &mut *this.spare,
+                    waiting: &mut *this.ready,
                     guard: &mut *this.guard,
                     policy: &*this.policy,
                 }
             };
         }
         // The request is over: cancel every attempt still running now, not
-        // when the caller drops this future.
+        // when the caller drops this future (and give back the place a
+        // clone holds in the inner service's queue).
         macro_rules! finish {
             ($result:expr) => {{
                 this.extras.clear();
+                *this.ready = None;
                 this.primary.set(AttemptFuture::Done);
                 Poll::Ready($result)
             }};
@@ -241,6 +244,12 @@ where
                 if let Settled::Over(result) = launch!().settle(attempt, result) {
                     return finish!(result);
                 }
+            }
+            // A clone readied for a hedge no longer due (it went to an
+            // attempt a failure released, or hedging ended) lets its place
+            // in the inner service's queue go.
+            if this.guard.request().next_hedge_at.is_none() {
+                *this.ready = None;
             }
             // The timer, only while one is due: none is built for a
             // request that will not hedge, or answers at its first poll.
@@ -278,7 +287,10 @@ where
             match this.guard.on_timer() {
                 TimerAction::SendHedge(attempt) => {
                     let settled = match readied {
-                        Some(Ok(())) => launch!().send(attempt, this.ready.take()),
+                        Some(Ok(())) => {
+                            let readied = this.ready.take();
+                            launch!().send(attempt, readied)
+                        }
                         // The clone failed to ready: that attempt's failure.
                         Some(Err(error)) => {
                             *this.ready = None;
@@ -312,6 +324,9 @@ struct Launch<
 > {
     extras: &'a mut Vec<Extra<S, Req, F>>,
     spare: &'a mut Option<Spare<S, Req>>,
+    /// A clone of the service being readied for a hedge: its place in
+    /// the inner service's queue goes to the next attempt sent.
+    waiting: &'a mut Option<S>,
     guard: &'a mut RequestGuard<TokioClock, B, T, M>,
     policy: &'a P,
 }
@@ -356,8 +371,10 @@ where
 
     /// Sends `attempt`, which the hedger released: a copy of the spare
     /// request, called at once on `ready` (a clone readied for it) or else
-    /// on a fresh clone of the spare service once that is ready, routed by
-    /// the policy.
+    /// once ready on the clone being readied for a hedge (which holds a
+    /// place in the inner service's queue: an attempt a failure releases
+    /// goes out as soon as that place comes up, not behind it), or on a
+    /// fresh clone of the spare service; routed by the policy.
     fn send<R>(&mut self, attempt: Attempt, mut ready: Option<S>) -> Settled<R, S::Error> {
         let mut next = Some(attempt);
         while let Some(attempt) = next.take() {
@@ -375,7 +392,7 @@ where
                         future: service.call(request),
                     },
                     None => AttemptFuture::Waiting {
-                        service: spare.service.clone(),
+                        service: self.waiting.take().unwrap_or_else(|| spare.service.clone()),
                         request: Some(request),
                     },
                 };

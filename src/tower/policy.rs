@@ -21,7 +21,10 @@ pub trait Policy<Req, E> {
 
     /// A copy of `request` for another attempt, or `None` if it cannot be
     /// copied (a streamed body): the request is then sent once, measured
-    /// but never duplicated. Called once when the request starts (the copy
+    /// but never duplicated (started as
+    /// [`Idempotency::NotIdempotent`], so counted in
+    /// [`HedgeStats::not_idempotent`](crate::hedge::HedgeStats::not_idempotent)).
+    /// Called once when the request starts (the copy
     /// kept for extra attempts) and once per extra attempt on that copy: it
     /// must keep answering `Some` for a request it copied once. (If it does
     /// not, that attempt counts as a retryable failure that never went
