@@ -10,6 +10,7 @@
 //! back. Times are tokio's paused clock or explicit.
 #![cfg(feature = "tower")]
 
+mod test_clock;
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
@@ -17,6 +18,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
+use test_clock::TestClock;
 
 use tailguard::budget::{RatioBudget, TokenBucket};
 use tailguard::clock::Clock;
@@ -804,15 +806,6 @@ fn a_token_bucket_behind_lanes_keeps_its_bound_across_threads() {
 // ---------------------------------------------------------------------
 // 8. Guards whose clock steps back.
 // ---------------------------------------------------------------------
-
-#[derive(Clone, Debug)]
-struct TestClock(Arc<AtomicU64>);
-
-impl Clock for TestClock {
-    fn now_ns(&self) -> u64 {
-        self.0.load(Relaxed)
-    }
-}
 
 /// Guards whose clock steps back between send and end: the commit or
 /// give-up is a clock anomaly (one per attempt in flight), records

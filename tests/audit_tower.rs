@@ -6,9 +6,11 @@
 //! clock or explicit: nothing depends on timing.
 #![cfg(feature = "tower")]
 
+mod test_clock;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Duration;
+use test_clock::TestClock;
 
 use tailguard::clock::Clock;
 use tailguard::guard::RequestGuard;
@@ -259,16 +261,6 @@ async fn the_layer_follows_a_tenfold_slowdown_and_back() {
     eprintln!("followed after {followed:?} requests");
     assert!(followed.iter().all(|&f| f <= 2 * batch), "{followed:?}");
     assert_eq!(hedger.hedges_in_flight(clock.now_ns()), 0);
-}
-
-/// A clock the test sets, shared by copies.
-#[derive(Clone, Debug)]
-struct TestClock(Arc<AtomicU64>);
-
-impl Clock for TestClock {
-    fn now_ns(&self) -> u64 {
-        self.0.load(Relaxed)
-    }
 }
 
 /// Guards moved to other threads and dropped there, in every phase, with
