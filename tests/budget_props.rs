@@ -58,28 +58,108 @@ fn advance(now: u64, s: &Step) -> u64 {
 
 /// Naive GCRA in u128: grant iff max(tat, now) + T ≤ min(now + burst·T,
 /// u64::MAX): the window ends at the end of u64 time (the bucket fails
-/// closed there instead of wrapping).
+/// closed there instead of wrapping). A refused ask more than the window
+/// and `TokenBucket::STALE_AFTER_NS` behind TAT is stale: `STALE_RUN` of
+/// them in a row (distinct timestamps, TAT unchanged, no other refusal
+/// between) restart the bucket empty at the last one.
 #[derive(Debug)]
 struct GcraModel {
     tat: u128,
     interval: u128,
     burst: u128,
+    run: u32,
+    stale_of: u128,
+    stale_at: u64,
+    /// The time the bound allows grants for: the acquire span of the first
+    /// stretch (from a restart or drain: from it), plus that of every
+    /// stretch before.
+    spent: u128,
+    stretch: Option<(u64, u64)>,
+    /// Whether the current stretch began at a restart or drain (at `.0`).
+    from_restart: bool,
 }
 
 impl GcraModel {
-    fn take(&mut self, now: u64) -> bool {
-        let now = u128::from(now);
-        let next = self.tat.max(now) + self.interval;
-        if next <= self.limit(now) {
-            self.tat = next;
-            true
-        } else {
-            false
+    fn new(interval: u64, burst: u32) -> Self {
+        Self {
+            tat: 0,
+            interval: interval.into(),
+            burst: burst.into(),
+            run: 0,
+            stale_of: 0,
+            stale_at: 0,
+            spent: 0,
+            stretch: None,
+            from_restart: false,
         }
     }
 
+    /// The model of `drained(at)`: empty at `at`.
+    fn drained(interval: u64, burst: u32, at: u64) -> Self {
+        let mut m = Self::new(interval, burst);
+        m.restart(at);
+        m
+    }
+
+    fn window(&self) -> u128 {
+        self.burst * self.interval
+    }
+
+    fn restart(&mut self, at: u64) {
+        self.spent += self.stretch_span();
+        self.tat = (u128::from(at) + self.window()).min(u128::from(u64::MAX));
+        (self.run, self.stale_of) = (0, 0);
+        self.stretch = Some((at, at));
+        self.from_restart = true;
+    }
+
+    fn stretch_span(&self) -> u128 {
+        self.stretch.map_or(0, |(lo, hi)| u128::from(hi - lo))
+    }
+
+    /// Time the bound allows grants for: with `burst` more for the first
+    /// stretch unless it began drained.
+    fn time(&self) -> u128 {
+        self.spent + self.stretch_span()
+    }
+
+    fn see(&mut self, now: u64) {
+        self.stretch = Some(match self.stretch {
+            None => (now, now),
+            // A stretch from a restart counts from it, not from earlier asks.
+            Some((lo, hi)) if self.from_restart => (lo, hi.max(now)),
+            Some((lo, hi)) => (lo.min(now), hi.max(now)),
+        });
+    }
+
+    fn take(&mut self, now: u64) -> bool {
+        self.see(now);
+        let t = u128::from(now);
+        let next = self.tat.max(t) + self.interval;
+        if next <= self.limit(t) {
+            self.tat = next;
+            return true;
+        }
+        let stale = t + self.window() + u128::from(TokenBucket::STALE_AFTER_NS) < self.tat;
+        if !stale {
+            self.run = 0;
+            return false;
+        }
+        if self.stale_of != self.tat {
+            (self.stale_of, self.run) = (self.tat, 0);
+        } else if self.run != 0 && self.stale_at == now {
+            return false;
+        }
+        self.run += 1;
+        self.stale_at = now;
+        if self.run >= TokenBucket::STALE_RUN {
+            self.restart(now);
+        }
+        false
+    }
+
     fn limit(&self, now: u128) -> u128 {
-        (now + self.burst * self.interval).min(u128::from(u64::MAX))
+        (now + self.window()).min(u128::from(u64::MAX))
     }
 
     /// Exact balance in units: whole and fractional tokens left in the window.
@@ -88,21 +168,12 @@ impl GcraModel {
         let room = self.limit(now).saturating_sub(self.tat.max(now));
         room * u128::from(UNITS_PER_TOKEN) / self.interval
     }
-}
 
-/// Observed timestamp range of the acquire calls.
-#[derive(Default)]
-struct Span(Option<(u64, u64)>);
-
-impl Span {
-    fn see(&mut self, t: u64) {
-        self.0 = Some(match self.0 {
-            None => (t, t),
-            Some((lo, hi)) => (lo.min(t), hi.max(t)),
-        });
-    }
-    fn elapsed(&self) -> u128 {
-        self.0.map_or(0, |(lo, hi)| u128::from(hi - lo))
+    /// The documented bound: grants · T ≤ burst · T (unless drained first)
+    /// + the time of the stretches.
+    fn within_bound(&self, grants: u128, initial_burst: bool) -> bool {
+        let burst = if initial_burst { self.burst } else { 0 };
+        grants.saturating_sub(burst) * self.interval <= self.time()
     }
 }
 
@@ -224,18 +295,13 @@ proptest! {
     #[test]
     fn token_bucket_matches_model_and_bound(cfg in bucket_cfg(), start in any::<u64>(), ops in ops()) {
         let bucket = cfg.build();
-        let mut model = GcraModel {
-            tat: 0,
-            interval: u128::from(bucket.interval_ns()),
-            burst: cfg.burst(),
-        };
-        let (mut now, mut span) = (start, Span::default());
+        let mut model = GcraModel::new(bucket.interval_ns(), bucket.burst());
+        let mut now = start;
         let (mut grants, mut denials) = (0_u64, 0_u64);
         for op in &ops {
             match op {
                 Op::Request => bucket.on_request(now),
                 Op::Acquire => {
-                    span.see(now);
                     let before = bucket.balance_at(now);
                     let got = bucket.try_acquire(now);
                     prop_assert_eq!(got, model.take(now), "decision at {}", now);
@@ -252,8 +318,11 @@ proptest! {
             }
             prop_assert_eq!(u128::from(bucket.balance_at(now)), model.balance(now));
             prop_assert!(bucket.balance_at(now) <= u64::from(bucket.burst()) * UNITS_PER_TOKEN);
-            prop_assert!(cfg.within_bound(u128::from(grants), span.elapsed()),
-                "{} grants over {} ns", grants, span.elapsed());
+            // The bound, with the nominal rate, over the time of the
+            // stretches between restarts (a restarted bucket has no burst).
+            prop_assert!(cfg.within_bound(u128::from(grants), model.time()),
+                "{} grants over {} ns", grants, model.time());
+            prop_assert!(model.within_bound(u128::from(grants), true));
         }
         let stats = bucket.stats();
         prop_assert_eq!((stats.grants, stats.denials), (grants, denials));
@@ -288,11 +357,11 @@ proptest! {
         let mut reserve_model = None;
         if let Some((interval, burst)) = reserve {
             budget = budget.with_reserve(TokenBucket::with_interval(interval, burst).expect("valid"));
-            reserve_model = Some(GcraModel { tat: 0, interval: interval.into(), burst: burst.into() });
+            reserve_model = Some(GcraModel::new(interval, burst));
         }
         let cap = u128::from(max_tokens) * u128::from(UNITS_PER_TOKEN);
         let unit = u128::from(UNITS_PER_TOKEN);
-        let (mut now, mut span) = (start, Span::default());
+        let mut now = start;
         let (mut balance, mut deposits, mut grants, mut denials) = (0_u128, 0_u128, 0_u64, 0_u64);
         for op in &ops {
             match op {
@@ -302,7 +371,6 @@ proptest! {
                     balance = (balance + u128::from(share)).min(cap);
                 }
                 Op::Acquire => {
-                    span.see(now);
                     let expected = if balance >= unit {
                         balance -= unit;
                         true
@@ -321,9 +389,11 @@ proptest! {
             match reserve {
                 None => prop_assert!(g <= deposits * u128::from(share)),
                 Some((interval, burst)) => {
+                    // The reserve's time: its asks' stretches between restarts.
+                    let time = reserve_model.as_ref().map_or(0, GcraModel::time);
                     let i = u128::from(interval);
                     prop_assert!(g * i <= (deposits * u128::from(share) + u128::from(burst) * unit) * i
-                        + span.elapsed() * unit);
+                        + time * unit);
                 }
             }
             // The brief's looser form: ≤ share·deposits + cap (+ reserve).
@@ -349,7 +419,7 @@ proptest! {
         let mut reserve_model = None;
         if let Some((interval, burst)) = reserve {
             budget = budget.with_reserve(TokenBucket::with_interval(interval, burst).expect("valid"));
-            reserve_model = Some(GcraModel { tat: 0, interval: interval.into(), burst: burst.into() });
+            reserve_model = Some(GcraModel::new(interval, burst));
         }
         prop_assert_eq!(budget.bank_window_ns(), Some(window));
         let unit = u128::from(UNITS_PER_TOKEN);
@@ -520,17 +590,22 @@ proptest! {
         // Wild creation times and timestamps. A drained bucket has no burst
         // to give: each grant moves TAT (from at + burst·T) up by at least
         // T and TAT never passes t + burst·T, so grants × T ≤ t_max − at
-        // for the newest acquire time t_max. The ratio budget's balance
-        // pays only for what it earned; its drained reserve obeys the
-        // bucket's rule.
+        // for the newest acquire time t_max, until a clock step restarts
+        // it (as empty at the step: the model counts those stretches). The
+        // ratio budget's balance pays only for what it earned; its drained
+        // reserve obeys the bucket's rule in each stretch, and a restart
+        // takes `STALE_RUN` refusals.
         let reserve = cfg.build();
         let interval = u128::from(reserve.interval_ns());
         let ratio = RatioBudget::new(share, 1).expect("valid").with_reserve(reserve).drained(at);
         let bucket = cfg.build().drained(at);
+        let mut model = GcraModel::drained(bucket.interval_ns(), bucket.burst(), at);
         prop_assert!(!bucket.try_acquire(at) && !bucket.try_acquire(at.saturating_sub(1)));
+        prop_assert!(!model.take(at) && !model.take(at.saturating_sub(1)));
         prop_assert_eq!(bucket.balance_at(at), 0);
         prop_assert!(!ratio.try_acquire(at));
-        let (mut now, mut deposits, mut grants, mut t_max) = (at, 0_u128, 0_u128, at);
+        let (mut now, mut deposits, mut grants) = (at, 0_u128, 0_u128);
+        let (mut t_min, mut t_max) = (at, at);
         for op in &ops {
             match op {
                 Op::Request => {
@@ -538,17 +613,18 @@ proptest! {
                     deposits += 1;
                 }
                 Op::Acquire => {
-                    t_max = t_max.max(now);
+                    (t_min, t_max) = (t_min.min(now), t_max.max(now));
                     grants += u128::from(ratio.try_acquire(now));
-                    let _ = bucket.try_acquire(now);
+                    prop_assert_eq!(bucket.try_acquire(now), model.take(now));
                 }
                 Op::Time(s) => now = advance(now, s),
             }
-            let since = u128::from(t_max - at);
-            let reserve_grants = u128::from(ratio.reserve().map_or(0, |r| r.stats().grants));
+            let reserve = ratio.reserve().map(|r| r.stats()).unwrap_or_default();
+            let reserve_grants = u128::from(reserve.grants);
             prop_assert!((grants - reserve_grants) * 10_000 <= deposits * u128::from(share));
-            prop_assert!(reserve_grants * interval <= since);
-            prop_assert!(u128::from(bucket.stats().grants) * interval <= since);
+            let stretches = 1 + u128::from(reserve.denials) / u128::from(TokenBucket::STALE_RUN);
+            prop_assert!(reserve_grants * interval <= stretches * u128::from(t_max - t_min));
+            prop_assert!(model.within_bound(u128::from(bucket.stats().grants), false));
         }
     }
 

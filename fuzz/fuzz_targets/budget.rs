@@ -38,27 +38,102 @@ struct Input {
     ops: Vec<Op>,
 }
 
+/// GCRA in u128, with the bucket's restart after a clock step: a refused
+/// ask more than the window and `STALE_AFTER_NS` behind TAT is stale, and
+/// `STALE_RUN` of them in a row (distinct timestamps, TAT unchanged, no
+/// other refusal between) restart it empty at the last one. It also keeps
+/// the time its bound allows grants for: the acquire span of each stretch
+/// between restarts (from the restart or drain that began it).
 struct Gcra {
     tat: u128,
     interval: u128,
     burst: u128,
+    run: u32,
+    stale_of: u128,
+    stale_at: u64,
+    spent: u128,
+    stretch: Option<(u64, u64)>,
+    from_restart: bool,
+    /// Whether the bucket was ever drained (then it never had a burst).
+    drained: bool,
 }
 
 impl Gcra {
-    fn take(&mut self, now: u64) -> bool {
-        let now = u128::from(now);
-        let limit = (now + self.burst * self.interval).min(u128::from(u64::MAX));
-        let next = self.tat.max(now) + self.interval;
-        let ok = next <= limit;
-        if ok {
-            self.tat = next;
+    fn new(interval: u64, burst: u32) -> Self {
+        Self {
+            tat: 0,
+            interval: interval.into(),
+            burst: burst.into(),
+            run: 0,
+            stale_of: 0,
+            stale_at: 0,
+            spent: 0,
+            stretch: None,
+            from_restart: false,
+            drained: false,
         }
-        ok
     }
 
-    /// The drained state: empty at `now`.
+    fn window(&self) -> u128 {
+        self.burst * self.interval
+    }
+
+    fn span(&self) -> u128 {
+        self.stretch.map_or(0, |(lo, hi)| u128::from(hi - lo))
+    }
+
+    fn restart(&mut self, at: u64) {
+        self.spent += self.span();
+        self.tat = (u128::from(at) + self.window()).min(u128::from(u64::MAX));
+        (self.run, self.stale_of) = (0, 0);
+        self.stretch = Some((at, at));
+        self.from_restart = true;
+    }
+
+    fn take(&mut self, now: u64) -> bool {
+        self.stretch = Some(match self.stretch {
+            None => (now, now),
+            Some((lo, hi)) if self.from_restart => (lo, hi.max(now)),
+            Some((lo, hi)) => (lo.min(now), hi.max(now)),
+        });
+        let t = u128::from(now);
+        let limit = (t + self.window()).min(u128::from(u64::MAX));
+        let next = self.tat.max(t) + self.interval;
+        if next <= limit {
+            self.tat = next;
+            return true;
+        }
+        if t + self.window() + u128::from(TokenBucket::STALE_AFTER_NS) >= self.tat {
+            self.run = 0;
+            return false;
+        }
+        if self.stale_of != self.tat {
+            (self.stale_of, self.run) = (self.tat, 0);
+        } else if self.run != 0 && self.stale_at == now {
+            return false;
+        }
+        self.run += 1;
+        self.stale_at = now;
+        if self.run >= TokenBucket::STALE_RUN {
+            self.restart(now);
+        }
+        false
+    }
+
+    /// The drained state: empty at `now`, no burst, a fresh count.
     fn drain(&mut self, now: u64) {
-        self.tat = u128::from(now) + self.burst * self.interval;
+        *self = Self {
+            drained: true,
+            ..Self::new(self.interval as u64, self.burst as u32)
+        };
+        self.restart(now);
+        self.spent = 0;
+    }
+
+    /// grants ≤ burst (never drained) + time / interval.
+    fn bound(&self, grants: u128) -> bool {
+        let burst = if self.drained { 0 } else { self.burst };
+        grants.saturating_sub(burst) * self.interval <= self.spent + self.span()
     }
 }
 
@@ -143,11 +218,9 @@ fuzz_target!(|input: Input| {
     assert_eq!(ratio.is_err(), share == 0 || share > 10_000 || tokens == 0);
 
     let mut bucket = bucket.ok();
-    let mut bucket_model = bucket.as_ref().map(|b| Gcra {
-        tat: 0,
-        interval: b.interval_ns().into(),
-        burst: b.burst().into(),
-    });
+    let mut bucket_model = bucket
+        .as_ref()
+        .map(|b| Gcra::new(b.interval_ns(), b.burst()));
     let mut ratio = ratio.ok();
     let mut bank = ratio.as_ref().map(|r| Bank {
         share: r.share_bps().into(),
@@ -164,21 +237,15 @@ fuzz_target!(|input: Input| {
     }
     let mut reserve_model = None;
     if let (Some(r), Some(Ok(res))) = (ratio.take(), reserve) {
-        reserve_model = Some(Gcra {
-            tat: 0,
-            interval: res.interval_ns().into(),
-            burst: res.burst().into(),
-        });
+        reserve_model = Some(Gcra::new(res.interval_ns(), res.burst()));
         ratio = Some(r.with_reserve(res));
     }
     let unit = u128::from(UNITS_PER_TOKEN);
-    // Bounds hold from the start, over the span [lo, hi] of acquire times
-    // (grants ≤ burst + span / interval), or from the latest drain, after
-    // which a bucket has no burst to give (grants × interval ≤ hi −
-    // drained_at).
+    // Bounds hold from the start, over the span of acquire times (grants ≤
+    // burst + span / interval), or from the latest drain, after which a
+    // bucket has no burst to give, summed over the stretches between the
+    // bucket's restarts (`Gcra::bound`).
     let mut now = input.start;
-    let mut drained_at: Option<u64> = None;
-    let (mut lo, mut hi) = (u64::MAX, 0_u64);
     // The ratio budget's earnings not consumed by grants or by the cap.
     let (mut unspent, mut deposits, mut bucket_grants, mut ratio_grants, mut reserve_grants) =
         (0_u128, 0_u128, 0_u128, 0_u128, 0_u128);
@@ -200,8 +267,6 @@ fuzz_target!(|input: Input| {
                 }
             }
             Op::Acquire => {
-                lo = lo.min(now);
-                hi = hi.max(now);
                 if let (Some(b), Some(m)) = (&bucket, bucket_model.as_mut()) {
                     let got = b.try_acquire(now);
                     assert_eq!(got, m.take(now));
@@ -245,21 +310,14 @@ fuzz_target!(|input: Input| {
                     ratio_grants,
                     reserve_grants,
                 ) = (0, 0, 0, 0, 0);
-                (drained_at, lo, hi) = (Some(now), u64::MAX, 0);
             }
             Op::Forward(d) => now = now.saturating_add(d.into()),
             Op::Back(d) => now = now.saturating_sub(d.into()),
             Op::Jump(d) => now = now.saturating_add(d),
             Op::Set(t) => now = t,
         }
-        // Acquire span; after a drain, time since it up to the newest acquire.
-        let span = u128::from(hi.saturating_sub(lo));
-        let bound = |grants: u128, interval: u64, burst: u32| match drained_at {
-            None => grants.saturating_sub(burst.into()) * u128::from(interval) <= span,
-            Some(at) => grants * u128::from(interval) <= u128::from(hi.saturating_sub(at)),
-        };
-        if let Some(b) = &bucket {
-            assert!(bound(bucket_grants, b.interval_ns(), b.burst()));
+        if let (Some(b), Some(m)) = (&bucket, &bucket_model) {
+            assert!(m.bound(bucket_grants));
             assert!(b.balance_at(now) <= u64::from(b.burst()) * UNITS_PER_TOKEN);
             assert_eq!(u128::from(b.stats().grants), bucket_grants);
         }
@@ -274,7 +332,9 @@ fuzz_target!(|input: Input| {
             assert_eq!(u128::from(r.stats().grants), ratio_grants);
             if let Some(res) = r.reserve() {
                 assert_eq!(u128::from(res.stats().grants), reserve_grants);
-                assert!(bound(reserve_grants, res.interval_ns(), res.burst()));
+                assert!(reserve_model
+                    .as_ref()
+                    .is_some_and(|m| m.bound(reserve_grants)));
             }
         }
     }

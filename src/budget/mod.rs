@@ -60,9 +60,12 @@
 //!   traffic-scaled cap restarts its per-window counts from any timestamp
 //!   outside the windows they hold (the cap falls to its floor and follows
 //!   traffic again within a window: see [`RatioBudget`]'s *Time*);
-//! - after a forward jump followed by a return to the true time, the token
-//!   bucket stays drained until the clock catches up again (it fails
-//!   closed: no hedges, never extra ones);
+//! - after a clock stepped back, or a timestamp far ahead followed by a
+//!   return to the true time, the token bucket refuses (it fails closed: no
+//!   hedges, never extra ones) until the clock catches up, or, when the
+//!   step is more than its window and a second, until 16 asks on the new
+//!   clock restart it empty there (see [`TokenBucket`]'s *Clock steps*):
+//!   one bad timestamp never freezes a budget;
 //! - within one refill interval of `u64::MAX` nanoseconds (year 2554 for a
 //!   Unix epoch) the token bucket denies rather than wrap.
 //!
@@ -198,7 +201,7 @@ pub trait HedgeBudget: Send + Sync {
     ///   floor (or fixed cap) and window; its reserve drained too.
     /// - [`TokenBucket`]: empty at `now_ns`, the next token one interval
     ///   later (a `now_ns` far ahead leaves it empty until the clock
-    ///   catches up, as any forward jump does).
+    ///   catches up or restarts it, as after any forward jump).
     /// - [`Budget`]: each variant drained; [`Budget::Unlimited`] and
     ///   [`Budget::Never`] stay as they are.
     /// - `&T`: the same reference. A shared budget stays shared: a hedger
@@ -267,10 +270,11 @@ pub struct BudgetStats {
     /// Current balance in units ([`UNITS_PER_TOKEN`] units = one token).
     ///
     /// For [`RatioBudget`] the exact balance (not counting its reserve); for
-    /// [`TokenBucket`] the balance at the newest timestamp passed to
-    /// [`HedgeBudget::try_acquire`] (use [`TokenBucket::balance_at`] for any
-    /// other time); `u64::MAX` for [`Budget::Unlimited`], 0 for
-    /// [`Budget::Never`].
+    /// [`TokenBucket`] the balance at the timestamp of the latest call to
+    /// [`HedgeBudget::try_acquire`], whichever thread made it (not the
+    /// largest timestamp: one far ahead would fix the reading there); use
+    /// [`TokenBucket::balance_at`] for any other time; `u64::MAX` for
+    /// [`Budget::Unlimited`], 0 for [`Budget::Never`].
     pub balance: u64,
 }
 

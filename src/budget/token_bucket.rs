@@ -1,7 +1,7 @@
 //! A time-refilled token bucket in one atomic word (GCRA).
 
 use super::{check_share, BudgetError, BudgetStats, Counters, HedgeBudget, UNITS_PER_TOKEN};
-use crate::sync::{AtomicU64, Ordering};
+use crate::sync::{AtomicU32, AtomicU64, Ordering};
 
 const NS_PER_SEC: u64 = 1_000_000_000;
 
@@ -16,10 +16,29 @@ const NS_PER_SEC: u64 = 1_000_000_000;
 ///
 /// **Bound.** Over any sequence of calls, from any number of threads, whose
 /// timestamps lie in `[t_min, t_max]`:
-/// `grants ≤ burst + (t_max − t_min) / interval`. The interval is the exact
-/// one rounded *up* to a whole nanosecond, so the bucket never grants more
-/// than the nominal rate allows. Rates above 10⁹ tokens per second are
-/// clamped to one token per nanosecond.
+/// `grants ≤ burst + (t_max − t_min) / interval`, as long as the clock
+/// does not step (below). The interval is the exact one rounded *up* to a
+/// whole nanosecond, so the bucket never grants more than the nominal rate
+/// allows. Rates above 10⁹ tokens per second are clamped to one token per
+/// nanosecond.
+///
+/// **Clock steps.** An ask whose timestamp is further behind TAT than the
+/// window (`burst × interval`) and [`STALE_AFTER_NS`](Self::STALE_AFTER_NS)
+/// (1 s) is *stale*: it comes from a clock stepped back, or TAT came from a
+/// timestamp far ahead (one wall-clock reading among monotonic ones). Such
+/// asks are refused; after [`STALE_RUN`](Self::STALE_RUN) (16) of them in a
+/// row — distinct timestamps, with no grant and no other refusal between
+/// them — the bucket restarts *empty* at the last one's time and refills at
+/// its rate from there, instead of staying drained until the clock catches
+/// up (for ever, after a wall-clock reading). A smaller step back is waited
+/// out: the bucket grants again once the clock has advanced by the step
+/// less the window, at most a second (and an interval). Each stretch
+/// between restarts obeys the bound, without the burst after the first:
+/// across a restart the bound holds per stretch, not over the union of
+/// their timestamps (a clock stepped back replays the same numbers). Under
+/// concurrency the run is counted approximately (threads racing may count
+/// an ask twice or miss one); a restart is one compare-and-swap on TAT, so
+/// it never undoes a grant made meanwhile.
 ///
 /// ```
 /// use tailguard::budget::{HedgeBudget, TokenBucket};
@@ -48,9 +67,23 @@ pub struct TokenBucket {
     /// `burst × interval_ns`: how far TAT may run ahead of `now`.
     window_ns: u64,
     burst: u32,
+    /// The run of stale asks (see *Clock steps*): its length, the TAT it
+    /// was counted against, and its latest timestamp.
+    stale_run: AtomicU32,
+    stale_of: AtomicU64,
+    stale_at: AtomicU64,
 }
 
 impl TokenBucket {
+    /// An ask whose timestamp is further behind the bucket's time than its
+    /// window and this (1 s) is *stale*; see *Clock steps*.
+    pub const STALE_AFTER_NS: u64 = NS_PER_SEC;
+
+    /// Stale asks in a row (distinct timestamps, no grant or other refusal
+    /// between them) after which the bucket restarts on their clock; see
+    /// *Clock steps*.
+    pub const STALE_RUN: u32 = 16;
+
     /// A bucket refilled at `rate_per_sec` tokens per second, holding at most
     /// `burst` tokens.
     ///
@@ -120,6 +153,9 @@ impl TokenBucket {
             interval_ns,
             window_ns,
             burst,
+            stale_run: AtomicU32::new(0),
+            stale_of: AtomicU64::new(0),
+            stale_at: AtomicU64::new(0),
         })
     }
 
@@ -159,12 +195,14 @@ impl TokenBucket {
         let mut tat = self.tat.load(Ordering::Relaxed);
         loop {
             let base = if tat > now_ns { tat } else { now_ns };
-            let Some(next) = base.checked_add(self.interval_ns) else {
-                return false; // end of the u64 time range: fail closed
+            // At the end of the u64 time range there is none: fail closed.
+            let next = match base.checked_add(self.interval_ns) {
+                Some(next) if next <= limit => next,
+                _ => {
+                    self.refused(now_ns, tat);
+                    return false;
+                }
             };
-            if next > limit {
-                return false;
-            }
             match self
                 .tat
                 .compare_exchange_weak(tat, next, Ordering::Relaxed, Ordering::Relaxed)
@@ -173,6 +211,42 @@ impl TokenBucket {
                 Err(actual) => tat = actual,
             }
         }
+    }
+
+    /// An ask at `now_ns` refused with TAT at `tat`. A stale one (further
+    /// behind than the window and [`STALE_AFTER_NS`](Self::STALE_AFTER_NS))
+    /// counts toward a restart; any other ends the run. Out of line: the
+    /// grant is the path that counts.
+    #[inline(never)]
+    fn refused(&self, now_ns: u64, tat: u64) {
+        let behind = self.window_ns.saturating_add(Self::STALE_AFTER_NS);
+        if now_ns >= tat.saturating_sub(behind) {
+            if self.stale_run.load(Ordering::Relaxed) != 0 {
+                self.stale_run.store(0, Ordering::Relaxed);
+            }
+            return;
+        }
+        let mut run = self.stale_run.load(Ordering::Relaxed);
+        if self.stale_of.load(Ordering::Relaxed) != tat {
+            // The bucket's time moved (a grant, a restart): a new run.
+            self.stale_of.store(tat, Ordering::Relaxed);
+            run = 0;
+        } else if run != 0 && self.stale_at.load(Ordering::Relaxed) == now_ns {
+            return; // one timestamp counts once
+        }
+        run = run.saturating_add(1);
+        self.stale_at.store(now_ns, Ordering::Relaxed);
+        if run < Self::STALE_RUN {
+            self.stale_run.store(run, Ordering::Relaxed);
+            return;
+        }
+        // The clock was stepped back for good, or TAT came from a
+        // timestamp far ahead: start again, empty, on the asks' clock.
+        self.stale_run.store(0, Ordering::Relaxed);
+        let restart = now_ns.saturating_add(self.window_ns);
+        let _ = self
+            .tat
+            .compare_exchange(tat, restart, Ordering::Relaxed, Ordering::Relaxed);
     }
 }
 
@@ -207,10 +281,10 @@ impl HedgeBudget for TokenBucket {
     /// next token can be taken at `now_ns + interval` and the bucket is
     /// full again `burst` intervals later. Counters start at zero.
     ///
-    /// As after any forward jump, a `now_ns` ahead of the true time leaves
-    /// the bucket empty until the clock catches up; within `burst`
-    /// intervals of `u64::MAX` TAT saturates there and the bucket never
-    /// grants again (fails closed).
+    /// A `now_ns` ahead of the true time leaves the bucket empty until the
+    /// clock catches up, or, if it is more than a second ahead, until
+    /// [`STALE_RUN`](Self::STALE_RUN) asks on the true clock restart it
+    /// (see *Clock steps*).
     fn drained(&self, now_ns: u64) -> Self {
         Self {
             tat: AtomicU64::new(now_ns.saturating_add(self.window_ns)),
@@ -219,6 +293,9 @@ impl HedgeBudget for TokenBucket {
             interval_ns: self.interval_ns,
             window_ns: self.window_ns,
             burst: self.burst,
+            stale_run: AtomicU32::new(0),
+            stale_of: AtomicU64::new(0),
+            stale_at: AtomicU64::new(0),
         }
     }
 }
