@@ -218,5 +218,52 @@ proptest! {
         prop_assert!(grants <= nominal + u64::from(bucket.burst()), "{} grants, nominal {}", grants, nominal);
     }
 
+    /// Bulk deposits are single ones in a row, whatever the clock does
+    /// (zero included): the same cap, balance and decisions.
+    #[test]
+    fn bulk_deposits_are_single_ones(
+        share in 1..=10_000_u32,
+        floor in 1..20_u32,
+        window in 1..10 * SEC,
+        steps in prop::collection::vec((0..40_u32, -(2 * SEC as i64)..2 * SEC as i64, any::<bool>()), 0..200),
+    ) {
+        let bulk = RatioBudget::with_bank_window(share, floor, window).unwrap();
+        let single = RatioBudget::with_bank_window(share, floor, window).unwrap();
+        let mut now = UPTIME;
+        for (n, step, ask) in steps {
+            now = now.saturating_add_signed(step);
+            bulk.on_requests(now, n);
+            for _ in 0..n {
+                single.on_request(now);
+            }
+            prop_assert_eq!(bulk.cap_units_at(now), single.cap_units_at(now));
+            prop_assert_eq!(bulk.balance_at(now), single.balance_at(now));
+            if ask {
+                prop_assert_eq!(bulk.try_acquire(now), single.try_acquire(now));
+            }
+        }
+    }
 }
 
+/// `on_requests(now, n)` is `n` calls of `on_request(now)`: with `n = 0`,
+/// none, whatever `now` (a lane flushing an empty count at a stale time
+/// once drained a ratio budget's bank to its floor).
+#[test]
+fn depositing_no_requests_changes_nothing() {
+    let (a, b) = (RatioBudget::default(), RatioBudget::default());
+    for i in 0..2_000_u64 {
+        a.on_request(5 * SEC + i * 400_000);
+        b.on_request(5 * SEC + i * 400_000);
+    }
+    let now = 5 * SEC + 900 * MS;
+    assert_eq!(b.balance_at(now), 300 * tailguard::budget::UNITS_PER_TOKEN);
+    for stale in [0, 3 * SEC, now, u64::MAX] {
+        a.on_requests(stale, 0);
+        assert_eq!(a.balance_at(now), b.balance_at(now), "after 0 at {stale}");
+        assert_eq!(
+            a.cap_units_at(now),
+            b.cap_units_at(now),
+            "after 0 at {stale}"
+        );
+    }
+}

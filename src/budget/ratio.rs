@@ -415,14 +415,25 @@ impl RatioBudget {
     /// first deposit of a window.
     #[inline]
     fn deposit_n(&self, now_ns: u64, n: u64) {
-        let before = self.deposits.fetch_add(n, Ordering::Relaxed);
+        // Exactly `n` calls of `on_request` (the checks on `n` fold away
+        // for `on_request`'s constant 1): none marks no window, and a
+        // window's first deposit is marked, and the earnings above its cap
+        // given up, before the rest are added.
+        let mut rest = n;
+        let mut crossed = false;
         if let Some(window) = self.window_ns {
-            if self.marked_window(now_ns, window).is_none() {
+            if rest > 0 && self.marked_window(now_ns, window).is_none() {
+                let before = self.deposits.fetch_add(1, Ordering::Relaxed);
                 self.mark(now_ns, window, before);
+                crossed = crosses_normalize(before, 1);
+                rest = rest.wrapping_sub(1);
             }
         }
-        // Every 2¹⁶ deposits: keep the unspent earnings far from wrapping.
-        if (before >> NORMALIZE_SHIFT) != (before.wrapping_add(n) >> NORMALIZE_SHIFT) {
+        if rest > 0 {
+            let before = self.deposits.fetch_add(rest, Ordering::Relaxed);
+            crossed |= crosses_normalize(before, rest);
+        }
+        if crossed {
             self.normalize();
         }
     }
@@ -546,6 +557,13 @@ impl RatioBudget {
 #[inline]
 const fn tag_of(mark: u64) -> u32 {
     (mark >> 32) as u32
+}
+
+/// Whether `n` deposits from `before` pass a multiple of 2¹⁶: every 2¹⁶
+/// deposits the unspent earnings are kept far from wrapping.
+#[inline]
+fn crosses_normalize(before: u64, n: u64) -> bool {
+    (before >> NORMALIZE_SHIFT) != (before.wrapping_add(n) >> NORMALIZE_SHIFT)
 }
 
 /// The low 32 bits (of `D`, or of a mark: its `D`).
