@@ -269,7 +269,11 @@ pub struct BudgetStats {
     pub denials: u64,
     /// Current balance in units ([`UNITS_PER_TOKEN`] units = one token).
     ///
-    /// For [`RatioBudget`] the exact balance (not counting its reserve); for
+    /// For [`RatioBudget`] the balance in the window of its latest marked
+    /// deposit ([`RatioBudget::balance`], not counting its reserve): once
+    /// traffic stops, the cap a grant sees falls to the floor while this
+    /// still reads the bank of the last busy window, so read
+    /// [`RatioBudget::balance_at`] for what can be spent at a time; for
     /// [`TokenBucket`] the balance at the timestamp of the latest call to
     /// [`HedgeBudget::try_acquire`], whichever thread made it (not the
     /// largest timestamp: one far ahead would fix the reading there); use
