@@ -317,6 +317,108 @@ fn a_hot_key_keeps_its_slot_among_cold_ones() {
     assert!(f64::from(own) / f64::from(hot) >= 0.95, "{own} of {hot}");
 }
 
+/// Key 0 gets one request in `every` (after 1 000 alone); every other
+/// request goes to a key never seen before. The share of key 0's later
+/// requests whose delay comes from its own window.
+fn hot_key_among_one_offs<const T: usize>(every: u64) -> f64 {
+    let mut h: Hedger<u64, Budget, T> =
+        Hedger::with_budget(HedgeConfig::DEFAULT, Budget::Unlimited).unwrap();
+    let mut b = Backend::lognormal(5.0, 0.5, 9);
+    let (mut hot, mut own, mut fresh) = (0u32, 0u32, 1_000u64);
+    for i in 0..40_000u64 {
+        let key = if i < 1_000 || i % every == 0 {
+            0
+        } else {
+            fresh += 1;
+            fresh
+        };
+        let (plan, _) = run_request(&mut h, &mut b, key, i * MS);
+        if key == 0 && i > 2_000 {
+            hot += 1;
+            own += u32::from(matches!(
+                plan,
+                Plan::Hedge {
+                    source: DelaySource::Target,
+                    ..
+                }
+            ));
+        }
+    }
+    f64::from(own) / f64::from(hot)
+}
+
+/// Keys seen once churn through a full table; a key with a fifth to a
+/// thirtieth of the requests keeps its slot, whatever the table's size —
+/// not only above 1/T of the traffic (at 1/5 with 4 slots it was evicted
+/// and never warmed again: 0 of its requests had a delay of its own).
+#[test]
+fn a_busy_key_keeps_its_slot_among_one_off_keys() {
+    for (every, t4, t8) in [
+        (
+            5,
+            hot_key_among_one_offs::<4>(5),
+            hot_key_among_one_offs::<8>(5),
+        ),
+        (
+            10,
+            hot_key_among_one_offs::<4>(10),
+            hot_key_among_one_offs::<8>(10),
+        ),
+        (
+            20,
+            hot_key_among_one_offs::<4>(20),
+            hot_key_among_one_offs::<8>(20),
+        ),
+        (
+            30,
+            hot_key_among_one_offs::<4>(30),
+            hot_key_among_one_offs::<8>(30),
+        ),
+    ] {
+        assert!(
+            t4 >= 0.99 && t8 >= 0.99,
+            "1/{every} of requests: T=4 {t4:.3}, T=8 {t8:.3}"
+        );
+    }
+}
+
+/// Busy keys that go quiet give their slots up: three keys with a quarter
+/// of the requests each fill a 4-slot table, then stop; a new key takes a
+/// fifth of the requests among one-off keys, gets a slot that stays, and
+/// the quiet ones leave.
+#[test]
+fn quiet_keys_make_room_for_a_new_busy_one() {
+    let mut h: Hedger<u64, Budget, 4> =
+        Hedger::with_budget(HedgeConfig::DEFAULT, Budget::Unlimited).unwrap();
+    let mut b = Backend::lognormal(5.0, 0.5, 10);
+    for i in 0..12_000u64 {
+        let _ = run_request(&mut h, &mut b, i % 4, i * MS);
+    }
+    let (mut busy, mut own, mut fresh) = (0u32, 0u32, 1_000u64);
+    for i in 12_000..52_000u64 {
+        let key = if i % 5 == 0 {
+            100
+        } else {
+            fresh += 1;
+            fresh
+        };
+        let (plan, _) = run_request(&mut h, &mut b, key, i * MS);
+        if key == 100 && i > 22_000 {
+            busy += 1;
+            own += u32::from(matches!(
+                plan,
+                Plan::Hedge {
+                    source: DelaySource::Target,
+                    ..
+                }
+            ));
+        }
+    }
+    assert!(f64::from(own) >= 0.99 * f64::from(busy), "{own} of {busy}");
+    let quiet = (1..4u64).filter(|k| h.window(k).is_some()).count();
+    assert_eq!(quiet, 0, "quiet keys still held");
+}
+
 #[test]
 fn a_hot_key_keeps_its_slot_among_zipf_keys() {
     // 16 targets: one at 50 %, fifteen sharing the rest ∝ 1/k; 4 slots.

@@ -97,7 +97,13 @@
 //! # Targets
 //! Each target (host, replica, endpoint: the caller's key `K`) has its own
 //! window in a table of `T` slots; when the table is full, a new target
-//! takes the slot of the least frequently used one. Every sample is also
+//! takes the slot of the least used one: each slot counts its target's
+//! recent requests (up to 15, all counts halved every `16 × T` evictions),
+//! and a target's first request counts only if it was evicted lately (one
+//! of the 32 last remembered). Keys seen once churn through one slot while
+//! busy targets keep theirs (a target with a thirtieth of the requests
+//! among a stream of one-off keys does); a target that goes quiet leaves
+//! within `64 × T` evictions. Every sample is also
 //! recorded in one aggregate window (when `T > 1`), and a target whose own
 //! window is cold, or was evicted, gets the aggregate's delay
 //! ([`DelaySource::Aggregate`]) rather than none. A hedge sent to another

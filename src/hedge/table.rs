@@ -12,8 +12,8 @@ pub(crate) struct Target<K, S: Store, B, M: IndexMapping> {
     /// The caller time of the target's latest request (the latest given,
     /// not the largest: one far-future timestamp cannot pin it).
     pub(crate) last_used: u64,
-    /// A recent-use count: +1 a request (at most [`MAX_HITS`]), −1 each
-    /// time the eviction hand passes over it.
+    /// A recent-use count: +1 a request (at most [`MAX_HITS`]), halved
+    /// every `AGE_EVERY × T` evictions (see [`Table`]).
     hits: u8,
     /// The target's own budget, when budgets are per target.
     pub(crate) budget: Option<B>,
@@ -39,25 +39,44 @@ impl<K, S: Store, B, M: IndexMapping> Target<K, S, B, M> {
     }
 }
 
-/// The most a slot's use count holds: a target that stops being used is
-/// evicted after at most this many passes of the hand.
+/// The most a slot's use count holds.
 const MAX_HITS: u8 = 15;
+
+/// Evicted keys remembered, without their state: a key that comes back
+/// while remembered was seen before, and enters with a use count of one.
+const GHOSTS: usize = 32;
+
+/// Every `AGE_EVERY × T` evictions every use count is halved: counts
+/// reflect recent use, and a target that goes quiet falls to zero within
+/// four such periods.
+const AGE_EVERY: u32 = 16;
 
 /// Up to `T` targets, found by a linear scan (faster than hashing for the
 /// handful of hosts a client talks to). When full, a new target replaces
-/// a *rarely* used one, by CLOCK with small counts: each request adds one
-/// to its target's count (up to 15; a new target's first request does
-/// not), a hand sweeps the slots taking one from each count it passes, and
-/// the first slot at zero is replaced. A
-/// busy target keeps its slot while one-off targets churn through the
-/// others — a count halved on every pass instead decayed faster than a key
-/// with half of all requests refilled it when misses came every other
-/// request —, and a target that goes quiet leaves within 15 passes. No
-/// timestamp is involved, so no clock anomaly can pin an entry.
+/// the *least used* one: each request adds one to its target's use count
+/// (up to 15), and the slot with the smallest count goes (among equals,
+/// the first from a hand that moves past each victim, so equals take
+/// turns). A target's first request adds nothing, unless it was evicted
+/// recently (remembered, without its state, among up to 32 keys evicted
+/// last): keys seen once stay at zero and churn through one slot while
+/// busy targets keep theirs, and a key that starts being busy while they
+/// churn gets a count at its second request however short its first stay
+/// was. Every `16 × T` evictions all counts are halved, so a target that
+/// goes quiet leaves within 64 × T evictions. A busy target keeps its slot
+/// while it gets a couple of requests every `16 × T` evictions: a thirtieth
+/// of the traffic among one-off keys (a CLOCK sweep that took one from
+/// each count it passed evicted any target under 1/T of it). No timestamp
+/// is involved, so no clock anomaly can pin an entry.
 #[derive(Clone, Debug)]
 pub(crate) struct Table<K, S: Store, B, M: IndexMapping, const T: usize> {
     targets: heapless::Vec<Target<K, S, B, M>, T>,
     hand: usize,
+    /// Keys evicted lately; when full, the one at `ghost_at` is replaced
+    /// (the oldest, but for the reordering a comeback's removal makes).
+    ghosts: heapless::Vec<K, GHOSTS>,
+    ghost_at: usize,
+    /// Evictions since counts were last halved.
+    evictions: u32,
 }
 
 impl<K: PartialEq + Copy, S: Store, B, M: IndexMapping, const T: usize> Table<K, S, B, M, T> {
@@ -65,6 +84,9 @@ impl<K: PartialEq + Copy, S: Store, B, M: IndexMapping, const T: usize> Table<K,
         Self {
             targets: heapless::Vec::new(),
             hand: 0,
+            ghosts: heapless::Vec::new(),
+            ghost_at: 0,
+            evictions: 0,
         }
     }
 
@@ -86,7 +108,15 @@ impl<K: PartialEq + Copy, S: Store, B, M: IndexMapping, const T: usize> Table<K,
 
     /// Inserts `target`, evicting if the table is full. Returns the new
     /// entry's index and whether it evicted.
-    pub(crate) fn insert(&mut self, target: Target<K, S, B, M>) -> (usize, bool) {
+    pub(crate) fn insert(&mut self, mut target: Target<K, S, B, M>) -> (usize, bool) {
+        if T > 1 {
+            // Seen before, lately: its second request counts.
+            if let Some(i) = self.ghosts.iter().position(|k| *k == target.key) {
+                self.ghosts.swap_remove(i);
+                self.ghost_at = self.ghost_at.min(self.ghosts.len());
+                target.hits = 1;
+            }
+        }
         let target = match self.targets.push(target) {
             Ok(()) => return (self.targets.len().saturating_sub(1), false),
             Err(target) => target,
@@ -95,24 +125,62 @@ impl<K: PartialEq + Copy, S: Store, B, M: IndexMapping, const T: usize> Table<K,
         if len == 0 {
             return (usize::MAX, false); // T == 0: nothing can be stored
         }
-        // Every count reaches zero within MAX_HITS + 1 passes: the sweep is
-        // bounded.
-        let mut victim = self.hand.checked_rem(len).unwrap_or(0);
-        for _ in 0..len.saturating_mul(usize::from(MAX_HITS) + 1) {
-            victim = self.hand.checked_rem(len).unwrap_or(0);
-            self.hand = victim.wrapping_add(1).checked_rem(len).unwrap_or(0);
-            match self.targets.get_mut(victim) {
-                Some(t) if t.hits == 0 => break,
-                Some(t) => t.hits = t.hits.saturating_sub(1),
-                None => break,
-            }
-        }
+        let victim = if T > 1 { self.least_used(len) } else { 0 };
         match self.targets.get_mut(victim) {
             Some(slot) => {
-                *slot = target;
+                let old = core::mem::replace(slot, target);
+                if T > 1 {
+                    self.remember(old.key);
+                    self.age(len);
+                }
                 (victim, true)
             }
             None => (usize::MAX, false),
+        }
+    }
+
+    /// The slot with the smallest use count, the first from the hand among
+    /// equals; the hand moves past it.
+    fn least_used(&mut self, len: usize) -> usize {
+        let start = self.hand.checked_rem(len).unwrap_or(0);
+        let (mut victim, mut least) = (start, u8::MAX);
+        for step in 0..len {
+            let i = start.wrapping_add(step).checked_rem(len).unwrap_or(0);
+            let hits = self.targets.get(i).map_or(0, |t| t.hits);
+            if hits < least {
+                (victim, least) = (i, hits);
+                if hits == 0 {
+                    break;
+                }
+            }
+        }
+        self.hand = victim.wrapping_add(1).checked_rem(len).unwrap_or(0);
+        victim
+    }
+
+    /// Remembers an evicted key, replacing the oldest when full.
+    fn remember(&mut self, key: K) {
+        if let Err(key) = self.ghosts.push(key) {
+            if let Some(slot) = self.ghosts.get_mut(self.ghost_at) {
+                *slot = key;
+            }
+            self.ghost_at = self
+                .ghost_at
+                .wrapping_add(1)
+                .checked_rem(GHOSTS)
+                .unwrap_or(0);
+        }
+    }
+
+    /// Counts one eviction; every `AGE_EVERY × len` halves every count.
+    fn age(&mut self, len: usize) {
+        self.evictions = self.evictions.saturating_add(1);
+        let period = u32::try_from(len).map_or(u32::MAX, |l| l.saturating_mul(AGE_EVERY));
+        if self.evictions >= period {
+            self.evictions = 0;
+            for t in &mut self.targets {
+                t.hits /= 2;
+            }
         }
     }
 
