@@ -60,7 +60,7 @@ fn advance(now: u64, s: &Step) -> u64 {
 /// u64::MAX): the window ends at the end of u64 time (the bucket fails
 /// closed there instead of wrapping). A refused ask more than the window
 /// and `TokenBucket::STALE_AFTER_NS` behind TAT is stale: `STALE_RUN` of
-/// them in a row (distinct timestamps, TAT unchanged, no other refusal
+/// them in a row (TAT unchanged, as the bucket folds it; no other refusal
 /// between) restart the bucket empty at the last one.
 #[derive(Debug)]
 struct GcraModel {
@@ -68,8 +68,8 @@ struct GcraModel {
     interval: u128,
     burst: u128,
     run: u32,
-    stale_of: u128,
-    stale_at: u64,
+    /// TAT folded as the bucket folds it (a run counts against one TAT).
+    stale_of: u32,
     /// The time the bound allows grants for: the acquire span of the first
     /// stretch (from a restart or drain: from it), plus that of every
     /// stretch before.
@@ -87,7 +87,6 @@ impl GcraModel {
             burst: burst.into(),
             run: 0,
             stale_of: 0,
-            stale_at: 0,
             spent: 0,
             stretch: None,
             from_restart: false,
@@ -108,7 +107,7 @@ impl GcraModel {
     fn restart(&mut self, at: u64) {
         self.spent += self.stretch_span();
         self.tat = (u128::from(at) + self.window()).min(u128::from(u64::MAX));
-        (self.run, self.stale_of) = (0, 0);
+        self.run = 0;
         self.stretch = Some((at, at));
         self.from_restart = true;
     }
@@ -145,13 +144,15 @@ impl GcraModel {
             self.run = 0;
             return false;
         }
-        if self.stale_of != self.tat {
-            (self.stale_of, self.run) = (self.tat, 0);
-        } else if self.run != 0 && self.stale_at == now {
-            return false;
-        }
-        self.run += 1;
-        self.stale_at = now;
+        // TAT never exceeds u64::MAX (grants stop there, restarts clamp).
+        let tat = u64::try_from(self.tat).unwrap();
+        let folded = (tat ^ (tat >> 32)) as u32;
+        self.run = if self.stale_of == folded {
+            self.run + 1
+        } else {
+            1
+        };
+        self.stale_of = folded;
         if self.run >= TokenBucket::STALE_RUN {
             self.restart(now);
         }

@@ -40,7 +40,7 @@ struct Input {
 
 /// GCRA in u128, with the bucket's restart after a clock step: a refused
 /// ask more than the window and `STALE_AFTER_NS` behind TAT is stale, and
-/// `STALE_RUN` of them in a row (distinct timestamps, TAT unchanged, no
+/// `STALE_RUN` of them in a row (TAT unchanged, as the bucket folds it; no
 /// other refusal between) restart it empty at the last one. It also keeps
 /// the time its bound allows grants for: the acquire span of each stretch
 /// between restarts (from the restart or drain that began it).
@@ -49,8 +49,8 @@ struct Gcra {
     interval: u128,
     burst: u128,
     run: u32,
-    stale_of: u128,
-    stale_at: u64,
+    /// TAT folded as the bucket folds it (a run counts against one TAT).
+    stale_of: u32,
     spent: u128,
     stretch: Option<(u64, u64)>,
     from_restart: bool,
@@ -66,7 +66,6 @@ impl Gcra {
             burst: burst.into(),
             run: 0,
             stale_of: 0,
-            stale_at: 0,
             spent: 0,
             stretch: None,
             from_restart: false,
@@ -85,7 +84,7 @@ impl Gcra {
     fn restart(&mut self, at: u64) {
         self.spent += self.span();
         self.tat = (u128::from(at) + self.window()).min(u128::from(u64::MAX));
-        (self.run, self.stale_of) = (0, 0);
+        self.run = 0;
         self.stretch = Some((at, at));
         self.from_restart = true;
     }
@@ -107,13 +106,15 @@ impl Gcra {
             self.run = 0;
             return false;
         }
-        if self.stale_of != self.tat {
-            (self.stale_of, self.run) = (self.tat, 0);
-        } else if self.run != 0 && self.stale_at == now {
-            return false;
-        }
-        self.run += 1;
-        self.stale_at = now;
+        // TAT never exceeds u64::MAX (grants stop there, restarts clamp).
+        let tat = u64::try_from(self.tat).unwrap();
+        let folded = (tat ^ (tat >> 32)) as u32;
+        self.run = if self.stale_of == folded {
+            self.run + 1
+        } else {
+            1
+        };
+        self.stale_of = folded;
         if self.run >= TokenBucket::STALE_RUN {
             self.restart(now);
         }

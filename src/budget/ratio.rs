@@ -419,29 +419,39 @@ impl RatioBudget {
         // for `on_request`'s constant 1): none marks no window, and a
         // window's first deposit is marked, and the earnings above its cap
         // given up, before the rest are added.
+        if n == 0 {
+            return;
+        }
         let mut rest = n;
-        let mut crossed = false;
         if let Some(window) = self.window_ns {
-            if rest > 0 && self.marked_window(now_ns, window).is_none() {
-                let before = self.deposits.fetch_add(1, Ordering::Relaxed);
-                self.mark(now_ns, window, before);
-                crossed = crosses_normalize(before, 1);
+            if self.marked_window(now_ns, window).is_none() {
+                self.deposit_first(now_ns, window);
                 rest = rest.wrapping_sub(1);
+                if rest == 0 {
+                    return;
+                }
             }
         }
-        if rest > 0 {
-            let before = self.deposits.fetch_add(rest, Ordering::Relaxed);
-            crossed |= crosses_normalize(before, rest);
+        let before = self.deposits.fetch_add(rest, Ordering::Relaxed);
+        if crosses_normalize(before, rest) {
+            self.normalize();
         }
-        if crossed {
+    }
+
+    /// The first deposit of a window: counted, then marked.
+    #[cold]
+    #[inline(never)]
+    fn deposit_first(&self, now_ns: u64, window: NonZeroU64) {
+        let before = self.deposits.fetch_add(1, Ordering::Relaxed);
+        self.mark(now_ns, window, before);
+        if crosses_normalize(before, 1) {
             self.normalize();
         }
     }
 
     /// The first deposit of a window (or one after another window's): marks
     /// it with `D` before the deposit, `before`, unless that is done.
-    #[cold]
-    #[inline(never)]
+    #[inline]
     fn mark(&self, now_ns: u64, window: NonZeroU64, before: u64) {
         let k = now_ns.checked_div(window.get()).unwrap_or(0);
         // Truncation intended: a mark keeps the window number's low half.

@@ -27,8 +27,8 @@ const NS_PER_SEC: u64 = 1_000_000_000;
 /// (1 s) is *stale*: it comes from a clock stepped back, or TAT came from a
 /// timestamp far ahead (one wall-clock reading among monotonic ones). Such
 /// asks are refused; after [`STALE_RUN`](Self::STALE_RUN) (16) of them in a
-/// row — distinct timestamps, with no grant and no other refusal between
-/// them — the bucket restarts *empty* at the last one's time and refills at
+/// row — with no grant and no other refusal between them — the bucket
+/// restarts *empty* at the last one's time and refills at
 /// its rate from there, instead of staying drained until the clock catches
 /// up (for ever, after a wall-clock reading). A smaller step back is waited
 /// out: the bucket grants again once the clock has advanced by the step
@@ -67,11 +67,10 @@ pub struct TokenBucket {
     /// `burst × interval_ns`: how far TAT may run ahead of `now`.
     window_ns: u64,
     burst: u32,
-    /// The run of stale asks (see *Clock steps*): its length, the TAT it
-    /// was counted against, and its latest timestamp.
+    /// The run of stale asks (see *Clock steps*): its length, and the TAT
+    /// (folded) it was counted against.
     stale_run: AtomicU32,
-    stale_of: AtomicU64,
-    stale_at: AtomicU64,
+    stale_of: AtomicU32,
 }
 
 impl TokenBucket {
@@ -79,9 +78,8 @@ impl TokenBucket {
     /// window and this (1 s) is *stale*; see *Clock steps*.
     pub const STALE_AFTER_NS: u64 = NS_PER_SEC;
 
-    /// Stale asks in a row (distinct timestamps, no grant or other refusal
-    /// between them) after which the bucket restarts on their clock; see
-    /// *Clock steps*.
+    /// Stale asks in a row (no grant or other refusal between them) after
+    /// which the bucket restarts on their clock; see *Clock steps*.
     pub const STALE_RUN: u32 = 16;
 
     /// A bucket refilled at `rate_per_sec` tokens per second, holding at most
@@ -154,8 +152,7 @@ impl TokenBucket {
             window_ns,
             burst,
             stale_run: AtomicU32::new(0),
-            stale_of: AtomicU64::new(0),
-            stale_at: AtomicU64::new(0),
+            stale_of: AtomicU32::new(0),
         })
     }
 
@@ -226,16 +223,13 @@ impl TokenBucket {
             }
             return;
         }
-        let mut run = self.stale_run.load(Ordering::Relaxed);
-        if self.stale_of.load(Ordering::Relaxed) != tat {
-            // The bucket's time moved (a grant, a restart): a new run.
-            self.stale_of.store(tat, Ordering::Relaxed);
-            run = 0;
-        } else if run != 0 && self.stale_at.load(Ordering::Relaxed) == now_ns {
-            return; // one timestamp counts once
-        }
-        run = run.saturating_add(1);
-        self.stale_at.store(now_ns, Ordering::Relaxed);
+        // A run counts against one TAT: a grant or a restart moves it,
+        // and starts a new run.
+        let run = if self.stale_of.swap(fold(tat), Ordering::Relaxed) == fold(tat) {
+            self.stale_run.load(Ordering::Relaxed).saturating_add(1)
+        } else {
+            1
+        };
         if run < Self::STALE_RUN {
             self.stale_run.store(run, Ordering::Relaxed);
             return;
@@ -244,10 +238,23 @@ impl TokenBucket {
         // timestamp far ahead: start again, empty, on the asks' clock.
         self.stale_run.store(0, Ordering::Relaxed);
         let restart = now_ns.saturating_add(self.window_ns);
+        // Weak: one out-of-line operation fewer on targets without 64-bit
+        // atomics (where their fallback never fails spuriously); elsewhere
+        // a spurious failure leaves the restart to the next run.
         let _ = self
             .tat
-            .compare_exchange(tat, restart, Ordering::Relaxed, Ordering::Relaxed);
+            .compare_exchange_weak(tat, restart, Ordering::Relaxed, Ordering::Relaxed);
     }
+}
+
+/// TAT folded into the 32 bits a run of stale asks is counted against
+/// (native atomics on 32-bit targets; a collision only lets a run go on).
+#[inline]
+fn fold(tat: u64) -> u32 {
+    // Truncation intended: a digest of both halves.
+    #[allow(clippy::cast_possible_truncation)]
+    let folded = (tat ^ (tat >> 32)) as u32;
+    folded
 }
 
 impl HedgeBudget for TokenBucket {
@@ -294,8 +301,7 @@ impl HedgeBudget for TokenBucket {
             window_ns: self.window_ns,
             burst: self.burst,
             stale_run: AtomicU32::new(0),
-            stale_of: AtomicU64::new(0),
-            stale_at: AtomicU64::new(0),
+            stale_of: AtomicU32::new(0),
         }
     }
 }
