@@ -896,3 +896,42 @@ proptest::proptest! {
         );
     }
 }
+
+/// A hedge that fails with nothing else in flight is replaced by a retry,
+/// and its place in `max_hedges` goes to a hedge of the retry, as one more
+/// replacement, while `max_retries` has one left: a retry that straggles
+/// is raced, whichever attempt failed last (a failed hedge used to keep
+/// its place, and such a retry was never hedged).
+#[test]
+fn a_retry_after_a_failed_hedge_is_hedged_while_replacements_last() {
+    let run = |max_retries: u8| {
+        let config = HedgeConfig::DEFAULT
+            .prior_delay_ns(10 * MS)
+            .max_retries(max_retries);
+        let mut h = hedger(config);
+        let mut r = h.start((), 0, IDEMPOTENT);
+        assert_eq!(
+            h.on_timer(&mut r, 10 * MS),
+            TimerAction::SendHedge(Attempt(1))
+        );
+        // The primary fails while the hedge races: no hedge place is left.
+        assert_eq!(
+            h.on_failure(&mut r, Attempt::PRIMARY, 11 * MS, Failure::Retryable),
+            FailureOutcome::Continue
+        );
+        // Then the hedge fails: a retry.
+        assert_eq!(
+            h.on_failure(&mut r, Attempt(1), 12 * MS, Failure::Retryable),
+            FailureOutcome::SendNow(Attempt(2))
+        );
+        let timer = r.next_timer();
+        let action = h.on_timer(&mut r, 22 * MS);
+        (timer, action)
+    };
+    // Two replacements: the retry, and the hedge's place for its hedge.
+    assert_eq!(run(2), (Some(22 * MS), TimerAction::SendHedge(Attempt(3))));
+    // One: the retry alone (at most 1 + max_hedges + max_retries = 3).
+    let (timer, action) = run(1);
+    assert_eq!(timer, None);
+    assert!(matches!(action, TimerAction::Skip(_)), "{action:?}");
+}

@@ -424,7 +424,8 @@ pub(crate) fn on_failure<K: Copy, C: Core<K>>(
     let racing = !request.in_flight().is_empty();
     // At most `max_retries` failed attempts are replaced, however they
     // are: a request sends at most `1 + max_hedges + max_retries`.
-    if request.replaced >= core.config().max_retries {
+    let max_retries = core.config().max_retries;
+    if request.replaced >= max_retries {
         return if racing {
             FailureOutcome::Continue
         } else {
@@ -436,8 +437,8 @@ pub(crate) fn on_failure<K: Copy, C: Core<K>>(
     // Retryable: race a fresh attempt now rather than wait for the delay —
     // a hedge if others are still in flight, a retry if not. Each counts
     // as one replacement, and so does a failed hedge's place freed for
-    // the race (taken now, or on the timer if not at once); a retry takes
-    // no hedge place, so a failed hedge's place stays taken then.
+    // the race (taken now, or on the timer if not at once) or, after a
+    // retry, for a hedge of it.
     let was_hedge = request.hedge_attempts.contains(attempt);
     let freed = racing && was_hedge;
     if freed {
@@ -457,6 +458,14 @@ pub(crate) fn on_failure<K: Copy, C: Core<K>>(
     let sent = send_next(core, request, now, kind);
     if sent.is_ok() && !freed {
         request.replaced = request.replaced.saturating_add(1);
+    }
+    // A failed hedge replaced by a retry: its place goes to a hedge of the
+    // retry, as one more replacement, while one is left (else the bound
+    // 1 + max_hedges + max_retries would not hold).
+    if sent.is_ok() && kind == Extra::Retry && was_hedge && request.replaced < max_retries {
+        request.hedges = request.hedges.saturating_sub(1);
+        request.replaced = request.replaced.saturating_add(1);
+        request.next_hedge_at = request.delay_ns().map(|d| now.saturating_add(d));
     }
     match sent {
         Ok(next) => FailureOutcome::SendNow(next),

@@ -210,7 +210,9 @@
 //!   failing fast in an outage sees one attempt a request). With no
 //!   replacement left the others race on, or, with none in flight,
 //!   `GaveUp`; a throttled retry is `GaveUp` too. A retried request keeps its
-//!   hedges: the next one is due one delay after the retry. A request
+//!   hedges: the next one is due one delay after the retry (when the
+//!   attempt that failed was a hedge, its place is freed for that one as
+//!   one more replacement, if one is left). A request
 //!   sends at most `1 + max_hedges + max_retries` attempts.
 //! * Every event on a finished request changes nothing.
 
