@@ -156,3 +156,55 @@ fn a_lease_of_a_few_nanoseconds_caps_hedges_at_the_end_of_time() {
         assert_eq!(shared.hedges_in_flight(u64::MAX), 1, "lease {lease}");
     }
 }
+
+/// `validate` and construction agree on the relative accuracy: every value
+/// `validate` accepts builds a `Hedger` (cubic and log-linear) and a
+/// `SharedHedger` (or, for the latter, is refused for its key range only),
+/// and every value it refuses is refused by construction too (1e-9 passed
+/// `validate` and failed construction).
+#[test]
+fn validate_and_construction_agree_on_the_accuracy() {
+    use tailguard::mapping::MIN_RELATIVE_ACCURACY;
+    use tailguard::LogLinearMapping;
+    let values = [
+        f64::NAN,
+        -0.01,
+        0.0,
+        f64::MIN_POSITIVE,
+        1e-300,
+        1e-9,
+        MIN_RELATIVE_ACCURACY * 0.5,
+        MIN_RELATIVE_ACCURACY,
+        1e-6,
+        0.01,
+        0.5,
+        0.999,
+        1.0,
+    ];
+    for a in values {
+        let config = HedgeConfig::DEFAULT.relative_accuracy(a);
+        let valid = config.validate().is_ok();
+        let cubic = Hedger::<(), Budget>::with_budget(config, Budget::Unlimited);
+        let log_linear = Hedger::<
+            (),
+            Budget,
+            1,
+            tailguard::CollapsingLowestStore<1024>,
+            LogLinearMapping,
+        >::with_budget(config, Budget::Unlimited);
+        let shared = SharedHedger::<Budget>::with_budget(config, Budget::Unlimited);
+        assert_eq!(cubic.is_ok(), valid, "cubic at {a}");
+        assert_eq!(log_linear.is_ok(), valid, "log-linear at {a}");
+        match shared {
+            Ok(_) => assert!(valid, "shared at {a}"),
+            Err(ConfigError::SharedKeyRange { .. }) => assert!(valid, "shared at {a}"),
+            Err(e) => assert!(!valid, "shared at {a}: {e:?}"),
+        }
+        if !valid {
+            assert!(
+                matches!(config.validate(), Err(ConfigError::RelativeAccuracy(_))),
+                "{a}"
+            );
+        }
+    }
+}

@@ -2,6 +2,7 @@
 
 use core::fmt;
 
+use crate::mapping::MIN_RELATIVE_ACCURACY;
 use crate::window::Rotation;
 
 const MS: u64 = 1_000_000;
@@ -55,7 +56,8 @@ pub struct HedgeConfig {
     /// counted in [`HedgeStats::samples_refused`](super::HedgeStats::samples_refused),
     /// never recorded. Default 10 minutes, the span of the default sketch.
     pub max_sample_ns: u64,
-    /// Relative accuracy of the latency sketches. Default 0.01.
+    /// Relative accuracy of the latency sketches, in
+    /// `[`[`MIN_RELATIVE_ACCURACY`](crate::mapping::MIN_RELATIVE_ACCURACY)`, 1)`. Default 0.01.
     pub relative_accuracy: f64,
     /// Hedges per request: extra attempts raced against the ones in
     /// flight, each one delay after the previous, each paying the budget.
@@ -274,7 +276,8 @@ impl HedgeConfig {
         if self.in_flight_lease_ns == 0 {
             return Err(ConfigError::ZeroLease);
         }
-        if !(self.relative_accuracy > 0.0 && self.relative_accuracy < 1.0) {
+        // The range every mapping takes: what passes here builds a hedger.
+        if !(MIN_RELATIVE_ACCURACY..1.0).contains(&self.relative_accuracy) {
             return Err(ConfigError::RelativeAccuracy(self.relative_accuracy));
         }
         if self.max_hedges > MAX_HEDGES {
@@ -361,7 +364,8 @@ pub enum ConfigError {
     ZeroMaxSample,
     /// `in_flight_lease_ns` is 0, which would forget hedges at once.
     ZeroLease,
-    /// The relative accuracy is not strictly between 0 and 1.
+    /// The relative accuracy is not in
+    /// `[`[`MIN_RELATIVE_ACCURACY`](crate::mapping::MIN_RELATIVE_ACCURACY)`, 1)`.
     RelativeAccuracy(f64),
     /// More extra attempts than [`MAX_HEDGES`].
     TooManyHedges(u8),
@@ -399,7 +403,9 @@ impl fmt::Display for ConfigError {
             Self::ZeroRotationSamples => f.write_str("rotation_samples is 0; leave it unset for the quantile's default"),
             Self::ZeroMaxSample => f.write_str("max_sample_ns is 0; use the longest latency that can be real, e.g. 10 min"),
             Self::ZeroLease => f.write_str("in_flight_lease_ns is 0; use at least the longest attempt, e.g. 10 s"),
-            Self::RelativeAccuracy(a) => write!(f, "relative accuracy {a} is not in (0, 1); use 0.01"),
+            Self::RelativeAccuracy(a) => {
+                write!(f, "relative accuracy {a} is not in [{MIN_RELATIVE_ACCURACY:e}, 1); use 0.01")
+            }
             Self::TooManyHedges(n) => write!(f, "{n} hedges per request exceeds the maximum of {MAX_HEDGES}"),
             Self::ZeroInFlight => f.write_str(
                 "max_hedges_in_flight is 0; disable hedging with max_hedges(0), or allow at least 1",
