@@ -935,3 +935,41 @@ fn a_retry_after_a_failed_hedge_is_hedged_while_replacements_last() {
     assert_eq!(timer, None);
     assert!(matches!(action, TimerAction::Skip(_)), "{action:?}");
 }
+
+/// A commit from an attempt that already failed is `Unknown`, as the docs
+/// say, whether the request still races or is over (it was `Late` once the
+/// request had finished).
+#[test]
+fn a_commit_from_a_failed_attempt_is_unknown_racing_or_finished() {
+    let config = HedgeConfig::DEFAULT.prior_delay_ns(10 * MS);
+    let mut h = hedger(config);
+    let mut r = h.start((), 0, IDEMPOTENT);
+    assert_eq!(
+        h.on_timer(&mut r, 10 * MS),
+        TimerAction::SendHedge(Attempt(1))
+    );
+    assert_eq!(
+        h.on_failure(&mut r, Attempt(1), 11 * MS, Failure::Retryable),
+        FailureOutcome::SendNow(Attempt(2))
+    );
+    assert_eq!(
+        h.on_commit(&mut r, Attempt(1), 12 * MS),
+        CommitOutcome::Unknown
+    );
+    assert!(matches!(
+        h.on_commit(&mut r, Attempt::PRIMARY, 13 * MS),
+        CommitOutcome::Won { .. }
+    ));
+    assert_eq!(
+        h.on_commit(&mut r, Attempt(1), 14 * MS),
+        CommitOutcome::Unknown
+    );
+    assert_eq!(
+        h.on_commit(&mut r, Attempt(2), 14 * MS),
+        CommitOutcome::Late
+    );
+    assert_eq!(
+        h.on_commit(&mut r, Attempt(5), 14 * MS),
+        CommitOutcome::Unknown
+    );
+}

@@ -296,14 +296,13 @@ pub(crate) fn on_commit<K: Copy, C: Core<K>>(
     if is_sole_primary(request, attempt) {
         return commit_sole_primary(core, request, now);
     }
-    if attempt.0 >= request.sent {
+    // Never sent, or already failed: not an answer of this request's,
+    // whether it races or is over.
+    if attempt.0 >= request.sent || request.failed.contains(attempt) {
         return CommitOutcome::Unknown;
     }
     if request.phase != Phase::Racing {
         return CommitOutcome::Late;
-    }
-    if request.failed.contains(attempt) {
-        return CommitOutcome::Unknown;
     }
     let racing = request.in_flight();
     record(core, request, racing, Some(attempt), now);
