@@ -92,10 +92,19 @@ fn a_clock_stepped_back_an_hour_keeps_rotating() {
     let back = t - 3_600 * SEC;
     b.scale = 2.0;
     let rotations = h.window(&()).unwrap().rotations();
-    let t = traffic(&mut h, &mut b, back, SEC, 70);
-    assert!(h.window(&()).unwrap().rotations() >= rotations + 2);
-    // Within two rotation periods (and the 20-sample minimum) the delay is
-    // the new p90 (a stale one would be 50 % off), estimated from the ~40
+    // The sixteenth request on the new clock makes it the window's time
+    // and restarts the period there: no rotation before...
+    let run = u64::from(LatencyWindow::<CubicMapping>::STALE_RUN);
+    let t = traffic(&mut h, &mut b, back, SEC, run);
+    assert_eq!(h.window(&()).unwrap().rotations(), rotations);
+    // ...and one every period (30 s) after it, not an hour later (a
+    // request's sample is at its commit, a few ms after its start: two
+    // periods and two requests).
+    let period = LatencyWindow::<CubicMapping>::DEFAULT_PERIOD_NS / SEC;
+    let t = traffic(&mut h, &mut b, t, SEC, 2 * period + 2);
+    assert_eq!(h.window(&()).unwrap().rotations(), rotations + 2);
+    // Within those 16 requests and two rotation periods the delay is the
+    // new p90 (a stale one would be 50 % off), estimated from the ~30
     // samples since: α plus sampling noise.
     assert_delay_near(&h, &b, t, 0.05);
 }

@@ -1,8 +1,14 @@
 //! The rotating window under arbitrary timestamps (repeating, backwards,
-//! jumping to the ends of `u64`) against a naive model that keeps the raw
-//! samples of each half and follows the rotation rule of
-//! `LatencyWindow::new` (`Rotation::every(period)`, stale timestamps left
-//! out of the window's time until a run of them): counts match exactly,
+//! jumping to the ends of `u64`, a second clock lagging the first) against
+//! a naive model that keeps the raw samples of each half and follows the
+//! rules of `LatencyWindow` (on time alone, `Rotation::every(period)`, or
+//! also on sample counts, with small `min_samples` and `max_samples`
+//! that make the window rotate at any timestamp): the window's
+//! time is the largest timestamp taken since the last restart (an idle gap
+//! or a completed stale run), timestamps behind it move neither it nor the
+//! period's start, and stale ones (two periods or more behind) take the
+//! new clock after a run of `STALE_RUN` distinct ones with none between
+//! them that moves the window's time. Counts and rotations match exactly,
 //! reads never change the window, and with only exact samples the union
 //! quantile is within α of the exact one (the estimate is whole
 //! nanoseconds, rounded down). Both mappings: the default cubic one and
@@ -10,7 +16,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use tailguard::window::LatencyWindow;
+use tailguard::window::{LatencyWindow, Rotation};
 use tailguard::{CubicMapping, FromRelativeAccuracy, IndexMapping, LogLinearMapping};
 
 #[derive(arbitrary::Arbitrary, Debug)]
@@ -27,6 +33,12 @@ enum Op {
     Advance {
         dt: i32,
     },
+    /// A sample from a thread whose clock reads `behind` ns late: the
+    /// fuzzer's clock does not move.
+    Lagging {
+        behind: u32,
+        latency: u64,
+    },
     Jump(u64),
     Query(u8),
     /// A read at `now + dt` that must not change the window.
@@ -36,20 +48,24 @@ enum Op {
     Refresh,
 }
 
-/// `LatencyWindow::advance` with `Rotation::every(period)`, on raw samples.
+/// `LatencyWindow`'s rotation and time, on raw samples.
 #[derive(Default)]
 struct Model {
+    /// [`Rotation`]'s: rotate on time once the current half holds this
+    /// many exact samples, and on count once it holds this many in all.
+    min_samples: u64,
+    max_samples: u64,
     /// When the current half began; `None` before the first timestamp.
     start: Option<u64>,
-    /// The last two timestamps given that were not stale, older first; the
-    /// later of them is the window's time, what an idle gap is measured
-    /// from.
-    recent: [u64; 2],
+    /// The timestamps taken since the window's time last restarted (the
+    /// first timestamp, an idle gap, a completed stale run): the restart's,
+    /// then each later one that was ahead of all before it. The window's
+    /// time is their largest.
+    taken: Vec<u64>,
     /// The stale timestamps (two periods or more behind the window's time)
     /// given since the window's time last changed, a repeat of the one
-    /// before left out, and that time.
+    /// before left out.
     stale: Vec<u64>,
-    stale_of: u64,
     current: Vec<u64>,
     previous: Vec<u64>,
     current_censored: Vec<u64>,
@@ -58,7 +74,7 @@ struct Model {
 }
 
 /// Two periods, the shortest idle gap; `None` when it does not fit in a
-/// `u64` (no gap is idle).
+/// `u64` (no gap is idle, no timestamp stale).
 fn idle_gap(period: u64) -> Option<u64> {
     period.checked_mul(2)
 }
@@ -67,55 +83,69 @@ fn idle_gap(period: u64) -> Option<u64> {
 const STALE_RUN: usize = LatencyWindow::<CubicMapping>::STALE_RUN as usize;
 
 impl Model {
+    /// The window's time: the largest timestamp taken since the restart.
     fn time(&self) -> u64 {
-        self.recent[0].max(self.recent[1])
+        self.taken.iter().copied().max().unwrap_or(0)
+    }
+
+    /// The window's time and the period restart at `now`.
+    fn restart(&mut self, now: u64) {
+        self.taken = vec![now];
+        self.stale.clear();
+        self.start = Some(now);
     }
 
     fn advance(&mut self, now: u64, period: u64) {
         let Some(start) = self.start else {
-            self.start = Some(now);
-            self.recent = [now; 2];
+            self.restart(now);
             return;
         };
         let time = self.time();
         let idle = idle_gap(period);
-        if idle.is_some_and(|idle| time.saturating_sub(now) >= idle) {
-            // Stale: left out of the window's time until a run of them.
-            if self.stale_of != time {
-                self.stale.clear();
-                self.stale_of = time;
-            }
+        if now > time && idle.is_some_and(|idle| now - time >= idle) {
+            // Idle for two periods: both halves are emptied (no rotation).
+            self.current.clear();
+            self.previous.clear();
+            self.current_censored.clear();
+            self.previous_censored.clear();
+            self.restart(now);
+            return;
+        }
+        if now < time && idle.is_some_and(|idle| time - now >= idle) {
+            // Stale: moves nothing until a run of them.
             if self.stale.last() != Some(&now) {
                 self.stale.push(now);
             }
             if self.stale.len() >= STALE_RUN {
-                self.stale.clear();
-                self.recent = [now; 2];
+                // The clock was stepped back for good.
+                self.restart(now);
             }
-        } else {
-            if now != self.recent[1] {
-                self.recent = [self.recent[1], now];
-            }
-            if idle.is_some_and(|idle| now.saturating_sub(time) >= idle) {
-                // Idle for two periods: both halves are emptied (no rotation).
-                self.current.clear();
-                self.previous.clear();
-                self.current_censored.clear();
-                self.previous_censored.clear();
-                self.recent = [now; 2];
-                self.start = Some(now);
-                return;
-            }
+            return;
         }
-        if now < start {
-            // The clock went back: the period restarts there.
-            self.start = Some(now);
-        } else if now - start >= period {
-            self.previous = std::mem::take(&mut self.current);
-            self.previous_censored = std::mem::take(&mut self.current_censored);
-            self.start = Some(now);
-            self.rotations += 1;
+        if now > time {
+            // The window's time moves: a stale run is broken.
+            self.stale.clear();
+            self.taken.push(now);
         }
+        if now.saturating_sub(start) >= period && self.current.len() as u64 >= self.min_samples {
+            self.rotate();
+        }
+    }
+
+    /// After a sample is added: rotate once the current half holds
+    /// `max_samples`.
+    fn added(&mut self) {
+        if (self.current.len() + self.current_censored.len()) as u64 >= self.max_samples {
+            self.rotate();
+        }
+    }
+
+    /// A new period from the window's time, whatever the sample's.
+    fn rotate(&mut self) {
+        self.previous = std::mem::take(&mut self.current);
+        self.previous_censored = std::mem::take(&mut self.current_censored);
+        self.start = Some(self.time());
+        self.rotations += 1;
     }
 
     fn idle_at(&self, now: u64, period: u64) -> bool {
@@ -137,16 +167,22 @@ impl Model {
 
 const ALPHA: f64 = 0.02;
 
-fuzz_target!(|input: (bool, u16, Vec<Op>)| {
-    let (log_linear, period, ops) = input;
+fuzz_target!(|input: (bool, u16, Option<(u8, u8)>, Vec<Op>)| {
+    let (log_linear, period, samples, ops) = input;
     if log_linear {
-        run::<LogLinearMapping>(period, ops);
+        run::<LogLinearMapping>(period, samples, ops);
     } else {
-        run::<CubicMapping>(period, ops);
+        run::<CubicMapping>(period, samples, ops);
     }
 });
 
-fn run<M: IndexMapping + FromRelativeAccuracy>(period: u16, ops: Vec<Op>) {
+/// `samples`: the rotation's `min_samples` (0 to 7) and `max_samples`;
+/// `None` for `Rotation::every`.
+fn run<M: IndexMapping + FromRelativeAccuracy>(
+    period: u16,
+    samples: Option<(u8, u8)>,
+    ops: Vec<Op>,
+) {
     // The top value stands for a period of 2⁶³ ns, whose idle gap does not
     // fit in a `u64`: no gap is idle.
     let period = if period == u16::MAX {
@@ -154,8 +190,27 @@ fn run<M: IndexMapping + FromRelativeAccuracy>(period: u16, ops: Vec<Op>) {
     } else {
         u64::from(period).max(1) * 1_000
     };
-    let mut w: LatencyWindow<M> = LatencyWindow::new(ALPHA, period, 0.9).unwrap();
-    let mut model = Model::default();
+    let rotation = match samples {
+        None => Rotation::every(period),
+        Some((min, max)) => Rotation {
+            period_ns: period,
+            min_samples: u64::from(min % 8),
+            max_samples: u64::from(max),
+        },
+    };
+    let mut w: LatencyWindow<M> = match samples {
+        None => LatencyWindow::new(ALPHA, period, 0.9).unwrap(),
+        Some(_) => {
+            let mapping = M::from_relative_accuracy(ALPHA).unwrap();
+            LatencyWindow::with_rotation(mapping, rotation, 0.9).unwrap()
+        }
+    };
+    assert_eq!(w.rotation(), rotation);
+    let mut model = Model {
+        min_samples: rotation.min_samples,
+        max_samples: rotation.max_samples,
+        ..Model::default()
+    };
     let mut now: u64 = 1 << 40;
     for op in ops.into_iter().take(2_000) {
         let step = |now: u64, dt: i32| now.saturating_add_signed(i64::from(dt));
@@ -165,17 +220,26 @@ fn run<M: IndexMapping + FromRelativeAccuracy>(period: u16, ops: Vec<Op>) {
                 w.record(now, latency).unwrap();
                 model.advance(now, period);
                 model.current.push(latency);
+                model.added();
             }
             Op::Censor { dt, elapsed } => {
                 now = step(now, dt);
                 w.record_censored(now, elapsed).unwrap();
                 model.advance(now, period);
                 model.current_censored.push(elapsed);
+                model.added();
             }
             Op::Advance { dt } => {
                 now = step(now, dt);
                 w.advance(now);
                 model.advance(now, period);
+            }
+            Op::Lagging { behind, latency } => {
+                let at = now.saturating_sub(u64::from(behind));
+                w.record(at, latency).unwrap();
+                model.advance(at, period);
+                model.current.push(latency);
+                model.added();
             }
             Op::Jump(t) => {
                 now = t;

@@ -88,11 +88,18 @@
 //! [`HedgeStats::clock_anomalies`] and records nothing; an elapsed time
 //! above [`HedgeConfig::max_sample_ns`] cannot be real and is counted in
 //! [`HedgeStats::samples_refused`]. Starting a request reads the windows
-//! without changing them, so a single bad timestamp changes no estimate. A
-//! window whose clock steps back restarts its period there, and fewer
-//! than 16 requests on a clock that steps back and returns do not make the
-//! return look like an idle gap (see [`crate::window`]); the table's
-//! eviction uses no timestamp.
+//! without changing them, so a single bad timestamp changes no estimate.
+//! Each window keeps its own time, the latest timestamp it has taken (see
+//! *Time* in [`crate::window`]): a sample behind it by less than two
+//! rotation periods (a thread whose clock lags, a clock stepped back a
+//! little) is recorded and moves neither that time nor the rotation
+//! period; a stale one, two periods or more behind, neither, until 16
+//! distinct stale timestamps with none between them that moves the
+//! window's time take the new clock (a clock stepped back for good); one
+//! two periods or more ahead is an idle gap and empties the window. So a
+//! lagging thread, or a clock that steps back and returns, costs no
+//! estimate and hastens no rotation. The table's eviction uses no
+//! timestamp.
 //!
 //! # Targets
 //! Each target (host, replica, endpoint: the caller's key `K`) has its own

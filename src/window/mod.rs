@@ -17,28 +17,51 @@
 //!   ever left nearly empty, so a client that sends at least one request a
 //!   period stays warm.
 //!
-//! A timestamp two periods or more after the window's recent ones empties
-//! both halves: after an idle gap the caller is back in cold start and gets
-//! `None`, never a made-up number.
+//! A timestamp two periods or more after the window's time (see *Time*)
+//! empties both halves: after an idle gap the caller is back in cold start
+//! and gets `None`, never a made-up number.
 //!
 //! # Time
-//! Timestamps are the caller's monotonic nanoseconds. A timestamp earlier
-//! than the current half's start (a clock stepped back) restarts the period
-//! from it, so rotation goes on; nothing waits for the old time to come
-//! back. The window's time for idle gaps ("recent") is the later of the
-//! last two timestamps, leaving out *stale* ones, two periods or more
-//! behind it: a clock that steps back and returns, or a thread whose clock
-//! is stale, does not make the return to the true time look like an idle
-//! gap. Only a run of [`STALE_RUN`](LatencyWindow::STALE_RUN) (16) stale
-//! timestamps with no timestamp between them that moves the window's time
-//! (repeats of one count once) becomes the window's time: the clock was stepped back for good, and idle gaps are measured
-//! on the new clock from then on. Until then idle gaps on the new clock go
-//! unseen, which keeps the old estimate a little longer, never a made-up
-//! one. A timestamp two periods or more ahead cannot be told from the end
-//! of an idle gap and empties the window; it refills after `min_samples`
-//! answers. With a period of 2⁶³ ns or more no gap is two periods. Reads
-//! ([`quantile_at`](LatencyWindow::quantile_at)) never change the window, so
-//! one bad timestamp passed to a read changes nothing.
+//! Timestamps are the caller's monotonic nanoseconds, possibly from threads
+//! that read the clock a little apart, or from a clock that steps. The
+//! window keeps its own time: the latest timestamp it has taken, which
+//! moves back only when it takes a clock stepped back for good (the last
+//! case below). Every sample is recorded, whatever its timestamp `now`;
+//! `now` moves the window's time and the rotation period as follows.
+//! * **Later** than the window's time by less than two periods: `now`
+//!   becomes the window's time.
+//! * **Later by two periods or more**: an idle gap (a clock jumped ahead
+//!   looks the same): both halves are emptied, and the window's time and
+//!   the period start at `now`. The window refills after `min_samples`
+//!   answers.
+//! * **At or behind** the window's time by less than two periods (a thread
+//!   whose clock lags, a clock stepped back a little): neither the
+//!   window's time nor the period's start moves. A clock stepped back for
+//!   good by less than two periods is taken once it passes the window's
+//!   time again; rotation on time waits for it, so the next one comes at
+//!   most the step late (rotation on count does not wait).
+//! * **Stale**, two periods or more behind: neither moves, and the window
+//!   does not rotate on time — until a run of
+//!   [`STALE_RUN`](LatencyWindow::STALE_RUN) (16) distinct stale
+//!   timestamps (repeats of one count once) with no timestamp between them
+//!   that moves the window's time. Then the clock was stepped back for
+//!   good: the window's time becomes the last of them and the period
+//!   restarts there, so idle gaps and rotation follow the new clock. A
+//!   shorter run — a clock that steps back and returns, a thread whose
+//!   clock is stale — changes neither; until a run completes, idle gaps on
+//!   the new clock go unseen, which keeps the old estimate a little longer,
+//!   never a made-up one.
+//!
+//! Rotation on time compares `now` with the period's start, which moves
+//! only at a rotation (to the window's time), the first timestamp, an idle
+//! gap and a completed stale run; never because a timestamp is behind it.
+//! With a period of 2⁶³ ns or more two periods do not fit in a `u64`: no
+//! gap is idle and no timestamp stale. Reads
+//! ([`quantile_at`](LatencyWindow::quantile_at),
+//! [`count_at`](LatencyWindow::count_at),
+//! [`is_idle_at`](LatencyWindow::is_idle_at)) measure idle gaps from the
+//! same window's time and never change the window, so one bad timestamp
+//! passed to a read changes nothing.
 //!
 //! # Cost
 //! The window keeps a cached estimate of one quantile (the hedge delay),
@@ -102,9 +125,10 @@ pub(crate) fn idle_after(period_ns: u64) -> u64 {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub struct Rotation {
-    /// Rotate once this much time has passed since the last rotation (and
-    /// the current half holds `min_samples`). Two periods without any
-    /// timestamp empty the window. At least 1 ns.
+    /// Rotate once a timestamp is this much after the current period's
+    /// start, the last rotation (and the current half holds
+    /// `min_samples`). Two periods without any timestamp empty the window.
+    /// At least 1 ns. See *Time* in the module docs.
     pub period_ns: u64,
     /// Exact samples (answers) the current half must hold before time alone
     /// rotates it.
@@ -196,14 +220,18 @@ pub struct LatencyWindow<M: IndexMapping = CubicMapping, S: Store = CollapsingLo
     /// with the rotation: read on every sample and every idleness check.
     idle_after_ns: u64,
     /// When the current half began; `None` before the first timestamp.
+    /// Set at the first timestamp, at rotation (to the window's time), at
+    /// an idle gap's restart and when a stale run completes; never by a
+    /// timestamp behind it.
     current_start: Option<u64>,
-    /// The last two timestamps seen, older first, stale ones left out; the
-    /// later of them is the window's idea of "now" for idle gaps.
-    recent: [u64; 2],
-    /// Stale timestamps (an idle gap or more behind `recent`; repeats of
-    /// one count once) since the window's time last moved, the last of
-    /// them, and the time they are behind: at [`STALE_RUN`](Self::STALE_RUN)
-    /// they become the window's time.
+    /// The window's time: the latest non-stale timestamp seen (or the
+    /// timestamp that ended an idle gap or completed a stale run). Idle
+    /// gaps and stale timestamps are measured from it.
+    time: u64,
+    /// Distinct stale timestamps (two periods or more behind `time`;
+    /// repeats of one count once) since `time` last moved, the last of
+    /// them, and the `time` they are behind: at
+    /// [`STALE_RUN`](Self::STALE_RUN) the last becomes the window's time.
     stale_run: u32,
     stale_at: u64,
     stale_of: u64,
@@ -274,7 +302,7 @@ impl<M: IndexMapping, S: Store> LatencyWindow<M, S> {
             },
             idle_after_ns: idle_after(period_ns),
             current_start: None,
-            recent: [0; 2],
+            time: 0,
             stale_run: 0,
             stale_at: 0,
             stale_of: 0,
@@ -292,70 +320,74 @@ impl<M: IndexMapping, S: Store> LatencyWindow<M, S> {
     /// The default rotation period, 30 s.
     pub const DEFAULT_PERIOD_NS: u64 = 30 * NANOS_PER_SEC;
 
-    /// Timestamps two periods or more behind the window's time, with none
-    /// between them that moves it, after which the window takes them as its
-    /// time: a clock stepped back
-    /// for good. A shorter run (a clock that steps back and returns, a
-    /// thread whose clock is stale) does not move the window's time, so
-    /// the return is not taken for an idle gap. See *Time* in the module
-    /// docs.
+    /// Distinct stale timestamps (two periods or more behind the window's
+    /// time), with none between them that moves the window's time, after
+    /// which the last of them becomes the window's time and the period
+    /// restarts there: the clock was stepped back for good. A shorter run
+    /// (a clock that steps back and returns, a thread whose clock is
+    /// stale) changes neither. See *Time* in the module docs.
     pub const STALE_RUN: u32 = 16;
 
-    /// Brings the window to time `now`: empties it after an idle gap of two
-    /// periods, rotates if the period has passed and the current half holds
-    /// `min_samples`. A `now` before the current half's start restarts its
-    /// period from `now`.
+    /// Brings the window to time `now` (see *Time* in the module docs):
+    /// * the first timestamp starts the window's time and the period;
+    /// * one later than the window's time becomes it — unless it is two
+    ///   periods or more later, an idle gap: the window is emptied (cold)
+    ///   and its time and period start there;
+    /// * one behind by less than two periods changes neither the window's
+    ///   time nor the period's start;
+    /// * a stale one, two periods or more behind, changes neither until it
+    ///   completes a run of [`STALE_RUN`](Self::STALE_RUN): then the
+    ///   window's time and the period start at `now`.
+    ///
+    /// Then, unless `now` is stale, the window rotates if `now` is a
+    /// period or more after the period's start and the current half holds
+    /// `min_samples` answers.
     #[inline]
     pub fn advance(&mut self, now: u64) {
         let Some(start) = self.current_start else {
             self.current_start = Some(now);
-            self.recent = [now; 2];
+            self.time = now;
             return;
         };
-        let reference = self.reference();
-        if reference.saturating_sub(now) > self.idle_after_ns {
-            self.note_stale(now, reference);
-        } else {
-            let [_, last] = self.recent;
-            if now != last {
-                // The samples of one request share its commit time: one entry.
-                self.recent = [last, now];
-            }
-            if now.saturating_sub(reference) > self.idle_after_ns {
+        let time = self.time;
+        // Each difference is taken where it is positive: no wrap.
+        if now > time {
+            if now.wrapping_sub(time) > self.idle_after_ns {
                 self.restart_after_idle(now);
                 return;
             }
-        }
-        if now < start {
-            // The clock went back: the period restarts here.
-            self.current_start = Some(now);
+            self.time = now;
+        } else if time.wrapping_sub(now) > self.idle_after_ns {
+            self.note_stale(now, time);
             return;
         }
         if now.saturating_sub(start) >= self.rotation.period_ns
             && self.current_exact >= self.rotation.min_samples
         {
-            self.rotate(now);
+            self.rotate();
         }
     }
 
-    /// After an idle gap: empty, cold, the period starting at `now`.
+    /// After an idle gap: empty, cold, time and period starting at `now`.
     #[cold]
     #[inline(never)]
     fn restart_after_idle(&mut self, now: u64) {
         self.empty();
-        self.recent = [now; 2];
+        self.time = now;
         self.current_start = Some(now);
         self.refresh();
     }
 
-    /// A stale timestamp, an idle gap or more behind: time stays until a
-    /// run of them says the clock was stepped back for good.
+    /// A stale timestamp, two periods or more behind the window's time
+    /// `time`: counted (a repeat of the last one once); the one that makes
+    /// [`STALE_RUN`](Self::STALE_RUN) since `time` last moved becomes the
+    /// window's time and the period's start.
     #[cold]
     #[inline(never)]
-    fn note_stale(&mut self, now: u64, reference: u64) {
-        if reference != self.stale_of {
+    fn note_stale(&mut self, now: u64, time: u64) {
+        if time != self.stale_of {
             // The window's time moved since the last one: a new run.
-            self.stale_of = reference;
+            self.stale_of = time;
             self.stale_run = 0;
         }
         if now != self.stale_at || self.stale_run == 0 {
@@ -363,26 +395,23 @@ impl<M: IndexMapping, S: Store> LatencyWindow<M, S> {
             self.stale_at = now;
         }
         if self.stale_run >= Self::STALE_RUN {
+            // The clock was stepped back for good.
             self.stale_run = 0;
-            self.recent = [now; 2];
+            self.time = now;
+            self.current_start = Some(now);
         }
     }
 
-    /// The later of the last two timestamps.
-    #[inline]
-    fn reference(&self) -> u64 {
-        let [a, b] = self.recent;
-        a.max(b)
-    }
-
-    fn rotate(&mut self, now: u64) {
+    /// The current half becomes the previous one; the new one starts at
+    /// the window's time.
+    fn rotate(&mut self) {
         core::mem::swap(&mut self.current, &mut self.previous);
         self.current.clear();
         self.previous_count = self.current_count;
         self.current_count = 0;
         self.previous_exact = self.current_exact;
         self.current_exact = 0;
-        self.current_start = Some(now);
+        self.current_start = Some(self.time);
         self.rotations = self.rotations.saturating_add(1);
         self.refresh();
     }
@@ -400,7 +429,7 @@ impl<M: IndexMapping, S: Store> LatencyWindow<M, S> {
         // Cannot overflow: one sample at a time (2⁶⁴ calls are centuries
         // at one a nanosecond), and rotation only moves counts down.
         self.current_exact = self.current_exact.wrapping_add(1);
-        self.after_sample(now);
+        self.after_sample();
         Ok(())
     }
 
@@ -413,24 +442,24 @@ impl<M: IndexMapping, S: Store> LatencyWindow<M, S> {
     pub fn record_censored(&mut self, now: u64, elapsed_ns: u64) -> Result<(), SketchError> {
         self.advance(now);
         self.current.censored.add_u64(elapsed_ns)?;
-        self.after_sample(now);
+        self.after_sample();
         Ok(())
     }
 
     #[inline]
-    fn after_sample(&mut self, now: u64) {
+    fn after_sample(&mut self) {
         // As in `record`: one sample at a time, so this cannot overflow.
         self.current_count = self.current_count.wrapping_add(1);
         if self.current_count >= self.next_check {
-            self.checkpoint(now);
+            self.checkpoint();
         }
     }
 
     /// Every `count / 32` samples: rotate on count, or refresh.
     #[inline(never)]
-    fn checkpoint(&mut self, now: u64) {
+    fn checkpoint(&mut self) {
         if self.current_count >= self.rotation.max_samples {
-            self.rotate(now);
+            self.rotate();
         } else {
             self.refresh();
         }
@@ -460,8 +489,8 @@ impl<M: IndexMapping, S: Store> LatencyWindow<M, S> {
     }
 
     /// The cached quantile as of `now`: `None` if the window is empty or
-    /// would be emptied at `now` (an idle gap of two periods since the recent
-    /// timestamp). O(1); changes nothing.
+    /// would be emptied at `now` (two periods or more after the window's
+    /// time). O(1); changes nothing.
     #[inline]
     pub fn quantile_at(&self, now: u64) -> Option<u64> {
         if self.is_idle_at(now) {
@@ -481,10 +510,10 @@ impl<M: IndexMapping, S: Store> LatencyWindow<M, S> {
     }
 
     /// Whether the window would be emptied at `now`: two periods or more
-    /// after its recent timestamps (the later of the last two).
+    /// after the window's time (see *Time* in the module docs).
     #[inline]
     pub fn is_idle_at(&self, now: u64) -> bool {
-        self.current_start.is_some() && now.saturating_sub(self.reference()) > self.idle_after_ns
+        self.current_start.is_some() && now.saturating_sub(self.time) > self.idle_after_ns
     }
 
     /// A fresh product-limit estimate of any quantile over both halves, in
@@ -571,7 +600,7 @@ impl<M: IndexMapping, S: Store> LatencyWindow<M, S> {
     pub fn clear(&mut self) {
         self.empty();
         self.current_start = None;
-        self.recent = [0; 2];
+        self.time = 0;
         self.stale_run = 0;
         self.cached_ns = None;
         self.next_check = 1;
@@ -672,17 +701,54 @@ mod tests {
     }
 
     #[test]
-    fn a_clock_stepped_back_does_not_stop_rotation() {
+    fn a_clock_stepped_back_for_good_rotates_on_the_new_clock() {
         let mut w = window();
         let t = 7_200 * SEC;
         w.record(t, 100).unwrap();
-        w.record(t - 3_600 * SEC, 200).unwrap(); // one hour back
-                                                 // Rotation goes on from the new time, not an hour later.
-        w.record(t - 3_600 * SEC + 11 * SEC, 300).unwrap();
+        // One hour back, a second apart: stale, until the sixteenth, where
+        // the window's time and the period restart.
+        let back = t - 3_600 * SEC;
+        for i in 0..16 {
+            w.record(back + i * SEC, 200).unwrap();
+            assert_eq!(w.rotations(), 0, "{i}");
+        }
+        let taken = back + 15 * SEC;
+        assert!(!w.is_idle_at(taken + 20 * SEC - 1));
+        // Rotation goes on from the new time, not an hour later.
+        w.record(taken + 10 * SEC - 1, 300).unwrap();
+        assert_eq!(w.rotations(), 0);
+        w.record(taken + 11 * SEC, 300).unwrap();
         assert_eq!(w.rotations(), 1);
-        w.record(t - 3_600 * SEC + 22 * SEC, 400).unwrap();
+        w.record(taken + 22 * SEC, 400).unwrap();
         assert_eq!(w.rotations(), 2);
         assert_eq!(w.count(), 2);
+    }
+
+    #[test]
+    fn a_clock_stepped_back_a_little_delays_rotation_by_the_step_at_most() {
+        let mut w = window();
+        let t = 1_000 * SEC;
+        w.record(t, 100).unwrap();
+        w.record(t + 5 * SEC, 100).unwrap();
+        // Stepped back 15 s for good: the period's start stays at `t`, and
+        // the window's time at `t + 5 s` until the new clock passes it.
+        let mut clock = t - 10 * SEC;
+        while clock < t + 10 * SEC {
+            w.record(clock, 100).unwrap();
+            assert_eq!(w.rotations(), 0, "{clock}");
+            assert!(!w.is_idle_at(t + 5 * SEC + 20 * SEC - 1));
+            clock += SEC;
+        }
+        // 20 s after the step (without it, 5 s after): 15 s late, the step.
+        w.record(t + 10 * SEC, 100).unwrap();
+        assert_eq!(w.rotations(), 1);
+        assert_eq!(w.count(), 23);
+        // A timestamp behind the period's start moves it no more.
+        w.record(t + 5 * SEC, 100).unwrap();
+        w.record(t + 19 * SEC, 100).unwrap();
+        assert_eq!(w.rotations(), 1);
+        w.record(t + 20 * SEC, 100).unwrap();
+        assert_eq!(w.rotations(), 2);
     }
 
     #[test]

@@ -128,11 +128,16 @@
 //!
 //! # Time
 //! As with `Hedger`: timestamps are the caller's monotonic nanoseconds, and
-//! they may come from threads that read the clock a little apart. A window
-//! restarts its period when the clock steps back, leaves a short run of
-//! stale timestamps out of its time, empties after an idle gap of two
-//! periods, and rotates on its sample count and on time (see
-//! [`crate::window`]). The in-flight slots compare epochs modulo 2⁴⁰ slots
+//! they may come from threads that read the clock a little apart. Each
+//! window keeps its time by `Hedger`'s rules (see *Time* in
+//! [`crate::window`]): the latest timestamp it has taken. A sample behind
+//! it by less than two rotation periods moves neither that time nor the
+//! period's start; a stale one (two periods or more behind) neither, until
+//! 16 distinct stale timestamps with none between them that moves the
+//! window's time take the new clock; one two periods or more ahead is an
+//! idle gap and empties the window. Windows rotate on their sample count
+//! and on time. Threads move a window's time forward with `fetch_max`, so
+//! a thread that read it before another moved it cannot move it back. The in-flight slots compare epochs modulo 2⁴⁰ slots
 //! (87 000 years at the default 10 s lease), so timestamps that far apart
 //! may count each other's hedges.
 //!
@@ -477,7 +482,7 @@ impl<B: HedgeBudget, const T: usize, M: IndexMapping> SharedHedger<B, T, M> {
     /// now: its batch is full; or it last published `max_wait_ns` or more
     /// before `now`, so samples come slowly on this thread and none should
     /// wait; or the clock went back since (publishing now keeps the
-    /// samples' order and lets the window restart its period at once); or
+    /// samples' order, and a stale run is counted as it comes); or
     /// the windows the sample goes to are not warm yet (warming up is never
     /// delayed). A thread's events come in time order when their
     /// timestamps are read as they happen.

@@ -21,15 +21,23 @@
 //! range a bucket holds exactly what the sketch's bucket of the same key
 //! holds.
 //!
+//! # Time
+//! The window's time and rotation period follow `LatencyWindow`'s rules
+//! (see *Time* in [`crate::window`]): the window's time is the latest
+//! non-stale timestamp, a timestamp behind it by less than two periods
+//! moves neither it nor the period's start, a stale one neither until a
+//! run of `STALE_RUN` completes, and one two periods ahead is an idle gap.
+//!
 //! # Rotation, refresh, and the one thread that does them
-//! Rotating, emptying after an idle gap, restarting the period when the
-//! clock steps back, and refreshing the cached quantile are done under a
-//! try-lock flag: the thread that wins it does the work, the others skip
-//! it and carry on (the condition still holds at their next sample, so
-//! nothing is lost but a little timeliness). Decisions are taken on a
-//! snapshot of the window's generation (bumped by every rotation, idle
-//! emptying and period restart) and dropped if another thread changed it
-//! first, so two threads that both saw "rotate" rotate once.
+//! Rotating, emptying after an idle gap, restarting the window's time and
+//! period when a stale run completes, and refreshing the cached quantile
+//! are done under a try-lock flag: the thread that wins it does the work,
+//! the others skip it and carry on (the condition still holds at their
+//! next sample, so nothing is lost but a little timeliness). Decisions are
+//! taken on a snapshot of the window's generation (bumped by every
+//! rotation, idle gap's emptying and completed stale run) and dropped if
+//! another thread changed it first, so two threads that both saw "rotate"
+//! rotate once.
 //!
 //! # What a concurrent reader may see
 //! * The cached delay is one `AtomicU64`: a reader sees the previous
@@ -44,13 +52,16 @@
 //!   its writer read which half was current two rotations earlier (a
 //!   thread preempted across two rotations): such a sample may survive the
 //!   clear or go with it. The same holds for an idle gap's emptying.
-//! * The two "recent" timestamps are stored one after the other: a reader
-//!   may see one thread's pair half-updated by another's; the later of the
-//!   two is still a timestamp some thread just used.
+//! * The window's time is moved forward with `fetch_max`: a thread that
+//!   read it before another moved it cannot move it back. An idle gap and
+//!   a completed stale run, decided on the time a thread read, are checked
+//!   again under the flag and dropped if the window's time has moved since
+//!   (another thread's timestamp closed the gap, or broke the run).
 //! * The run of stale timestamps is counted without the flag: threads
 //!   racing on it may count a timestamp twice or miss one, so a run may
-//!   take over a sample or two early or late. One thread counts exactly
-//!   as `LatencyWindow` does.
+//!   take over a sample or two early or late (and a run completed while
+//!   the flag is busy takes over at the next stale timestamp). One thread
+//!   counts exactly as `LatencyWindow` does.
 //!
 //! Without rotations and clears in flight, counts are exact: every sample
 //! is one atomic increment of its bucket and of its side's count.
@@ -448,7 +459,8 @@ impl Half {
 enum Step {
     /// An idle gap: empty both halves.
     Empty,
-    /// The clock went back: the period restarts.
+    /// A run of stale timestamps completed: the window's time and the
+    /// period restart.
     Restart,
     Rotate,
     /// Nothing to do.
@@ -471,16 +483,20 @@ pub(crate) struct AtomicWindow {
     started: AtomicBool,
     /// When the current half began (once `started`).
     start: AtomicU64,
-    /// The last two timestamps, older first: written by most samples, so
-    /// on a line of its own, away from what every request reads.
-    recent: Padded<[AtomicU64; 2]>,
-    /// Stale timestamps since "recent" last moved, the last of them and
-    /// the time they are behind, as in `LatencyWindow` (they leave
-    /// `recent` alone until `STALE_RUN`).
+    /// The window's time, as in `LatencyWindow`: the latest non-stale
+    /// timestamp (a running maximum, `fetch_max`), set back or forward only
+    /// by an idle gap and a completed stale run (to their timestamp).
+    /// Written by most samples, so on a line of its own, away from what
+    /// every request reads.
+    time: Padded<AtomicU64>,
+    /// Distinct stale timestamps since `time` last moved, the last of them
+    /// and the `time` they are behind, as in `LatencyWindow` (they leave
+    /// `time` and `start` alone until `STALE_RUN`).
     stale_run: AtomicU32,
     stale_at: AtomicU64,
     stale_of: AtomicU64,
-    /// Bumped by every rotation, emptying and period restart.
+    /// Bumped by every rotation, idle gap's emptying and completed stale
+    /// run.
     generation: AtomicU64,
     /// The try-lock of rotation and refresh (on a line of its own too).
     busy: Padded<AtomicBool>,
@@ -499,7 +515,7 @@ impl AtomicWindow {
             current: AtomicUsize::new(0),
             started: AtomicBool::new(false),
             start: AtomicU64::new(0),
-            recent: Padded([AtomicU64::new(0), AtomicU64::new(0)]),
+            time: Padded(AtomicU64::new(0)),
             stale_run: AtomicU32::new(0),
             stale_at: AtomicU64::new(0),
             stale_of: AtomicU64::new(0),
@@ -573,18 +589,19 @@ impl AtomicWindow {
             return false;
         }
         if current.count() >= self.next_check.load(Ordering::Relaxed) {
-            self.check(p, now);
+            self.check(p);
         }
         true
     }
 
     /// Records `samples` (timestamp, elapsed, exact) in order, exactly as
     /// [`record`](Self::record) one by one would, calling `refused` with
-    /// the position and kind of each whose bucket is full. Between the samples that change the
-    /// window's time or trigger a rotation or refresh, the window's state
-    /// stays in locals: the latest timestamps are stored once, counts and
-    /// ends added once, and only the buckets are written per sample. Such
-    /// a sample publishes what is gathered and takes `record`'s own path.
+    /// the position and kind of each whose bucket is full. Between the
+    /// samples that do more than move the window's time forward — an idle
+    /// gap, a stale timestamp, a rotation or refresh due — the window's
+    /// state stays in locals: the window's time is stored once, counts and
+    /// ends added once, and only the buckets are written per sample. Such a
+    /// sample publishes what is gathered and takes `record`'s own path.
     pub(crate) fn record_batch<M: IndexMapping>(
         &self,
         p: &Params<M>,
@@ -598,47 +615,45 @@ impl AtomicWindow {
         'batch: while self.started.load(Ordering::Acquire) {
             // The window as of now, in locals.
             let generation = self.generation.load(Ordering::Acquire);
-            let [r0, r1] = &self.recent.0;
-            let (mut older, mut last) = (r0.load(Ordering::Relaxed), r1.load(Ordering::Relaxed));
-            let stored = (older, last);
+            let stored = self.time.0.load(Ordering::Relaxed);
+            let mut time = stored;
             let start = self.start.load(Ordering::Relaxed);
             // The sample times at which `advance` would act: after an idle
             // gap, before the stale bound, or at the period's end once the
             // half holds `min_samples`.
-            let mut idle_at = older.max(last).saturating_add(idle);
-            let mut stale_below = older.max(last).saturating_sub(idle);
+            let mut idle_at = time.saturating_add(idle);
+            let mut stale_below = time.saturating_sub(idle);
             let rotate_at = start.saturating_add(period);
             let (current, _) = self.halves();
             let next_check = self.next_check.load(Ordering::Relaxed);
             let mut exact_count = current.exact.count();
             let mut count = exact_count.saturating_add(current.censored.count());
             let (mut exact_side, mut censored_side) = (Pending::NONE, Pending::NONE);
-            let publish = |e: &Pending, c: &Pending, older: u64, last: u64| {
+            let publish = |e: &Pending, c: &Pending, time: u64| {
                 current.exact.apply(e);
                 current.censored.apply(c);
-                if (older, last) != stored {
-                    self.set_recent(older, last);
+                if time != stored {
+                    self.time.0.fetch_max(time, Ordering::Relaxed);
                 }
             };
             for (i, (now, elapsed, exact)) in samples.by_ref() {
                 let event = now > idle_at
                     || now < stale_below
-                    || now < start
                     || (now >= rotate_at && exact_count >= warm)
                     || self.generation.load(Ordering::Relaxed) != generation;
                 if event {
                     // Time moves the window (or another thread did): as one
                     // `record`, on the window's stored state.
-                    publish(&exact_side, &censored_side, older, last);
+                    publish(&exact_side, &censored_side, time);
                     if !self.record(p, now, elapsed, exact) {
                         refused(i, exact);
                     }
                     continue 'batch;
                 }
-                if now != last {
-                    (older, last) = (last, now);
-                    idle_at = older.max(last).saturating_add(idle);
-                    stale_below = older.max(last).saturating_sub(idle);
+                if now > time {
+                    time = now;
+                    idle_at = time.saturating_add(idle);
+                    stale_below = time.saturating_sub(idle);
                 }
                 let (side, gathered) = if exact {
                     (&current.exact, &mut exact_side)
@@ -654,12 +669,12 @@ impl AtomicWindow {
                 count = count.wrapping_add(1);
                 exact_count = exact_count.wrapping_add(u64::from(exact));
                 if count >= next_check {
-                    publish(&exact_side, &censored_side, older, last);
-                    self.check(p, now);
+                    publish(&exact_side, &censored_side, time);
+                    self.check(p);
                     continue 'batch;
                 }
             }
-            publish(&exact_side, &censored_side, older, last);
+            publish(&exact_side, &censored_side, time);
             return;
         }
         // Not started: the first sample starts the window.
@@ -673,13 +688,13 @@ impl AtomicWindow {
     /// The current half reached `next_check`: rotate on count, or refresh
     /// (unless another thread does it, or did).
     #[inline]
-    fn check<M: IndexMapping>(&self, p: &Params<M>, now: u64) {
+    fn check<M: IndexMapping>(&self, p: &Params<M>) {
         self.try_locked(|| {
             // Another thread may have rotated or refreshed since.
             let (current, _) = self.halves();
             let n = current.count();
             if n >= p.rotation.max_samples {
-                self.rotate(p, now);
+                self.rotate(p);
             } else if n >= self.next_check.load(Ordering::Relaxed) {
                 self.refresh(p);
             }
@@ -694,39 +709,34 @@ impl AtomicWindow {
             self.try_locked(|| {
                 if !self.started.load(Ordering::Relaxed) {
                     self.start.store(now, Ordering::Relaxed);
-                    self.set_recent(now, now);
+                    self.time.0.store(now, Ordering::Relaxed);
                     self.started.store(true, Ordering::Release);
                 }
             });
             return;
         }
-        let [r0, r1] = &self.recent.0;
-        let (older, last) = (r0.load(Ordering::Relaxed), r1.load(Ordering::Relaxed));
-        let reference = older.max(last);
-        let stale = reference.saturating_sub(now) > p.idle_after;
-        if stale {
-            self.note_stale(now, reference);
-        }
-        let start = self.start.load(Ordering::Relaxed);
-        let period = p.rotation.period_ns;
-        let step = if now.saturating_sub(reference) > p.idle_after {
-            Step::Empty
-        } else if now < start {
-            Step::Restart
-        } else if now.saturating_sub(start) >= period
-            && self.halves().0.exact.count() >= p.rotation.min_samples
-        {
-            Step::Rotate
+        let time = self.time.0.load(Ordering::Relaxed);
+        // Each difference is taken where it is positive: no wrap.
+        let step = if now > time {
+            if now.wrapping_sub(time) > p.idle_after {
+                // An idle gap leaves the window's time alone until the
+                // window is emptied (which sets it): a thread that loses
+                // the flag leaves the gap for the next sample to find, not
+                // hidden behind its timestamp.
+                Step::Empty
+            } else {
+                self.time.0.fetch_max(now, Ordering::Relaxed);
+                self.due(p, now)
+            }
+        } else if time.wrapping_sub(now) > p.idle_after {
+            if self.note_stale(now, time) {
+                Step::Restart
+            } else {
+                return;
+            }
         } else {
-            Step::None
+            self.due(p, now)
         };
-        // An idle gap leaves "recent" alone until the window is emptied
-        // (which resets it): a thread that loses the flag leaves the gap
-        // for the next sample to find, not hidden behind its timestamp.
-        if now != last && step != Step::Empty && !stale {
-            // The samples of one request share its commit time: one entry.
-            self.set_recent(last, now);
-        }
         if step == Step::None {
             return;
         }
@@ -736,30 +746,52 @@ impl AtomicWindow {
             }
             match step {
                 Step::Empty => {
+                    if now.saturating_sub(self.time.0.load(Ordering::Relaxed)) <= p.idle_after {
+                        return; // another thread's timestamp closed the gap
+                    }
                     let (a, b) = self.halves();
                     a.clear();
                     b.clear();
-                    self.set_recent(now, now);
+                    self.time.0.store(now, Ordering::Relaxed);
                     self.start.store(now, Ordering::Relaxed);
                     self.bump_generation();
                     self.refresh(p);
                 }
                 Step::Restart => {
+                    if self.time.0.load(Ordering::Relaxed) != time {
+                        return; // the window's time moved: no run
+                    }
+                    self.stale_run.store(0, Ordering::Relaxed);
+                    self.time.0.store(now, Ordering::Relaxed);
                     self.start.store(now, Ordering::Relaxed);
                     self.bump_generation();
                 }
-                Step::Rotate => self.rotate(p, now),
+                Step::Rotate => self.rotate(p),
                 Step::None => {}
             }
         });
     }
 
-    /// A timestamp an idle gap or more behind "recent": counted (repeats
-    /// once), and at `STALE_RUN` since "recent" last moved taken as the
-    /// window's time.
-    fn note_stale(&self, now: u64, reference: u64) {
-        if self.stale_of.swap(reference, Ordering::Relaxed) != reference {
-            // "Recent" moved since the last one: a new run.
+    /// Whether a timestamp `now`, not stale, rotates the window on time.
+    #[inline]
+    fn due<M: IndexMapping>(&self, p: &Params<M>, now: u64) -> Step {
+        let start = self.start.load(Ordering::Relaxed);
+        if now.saturating_sub(start) >= p.rotation.period_ns
+            && self.halves().0.exact.count() >= p.rotation.min_samples
+        {
+            Step::Rotate
+        } else {
+            Step::None
+        }
+    }
+
+    /// A stale timestamp, two periods or more behind the window's time
+    /// `time`: counted (a repeat of the last one once); whether the run
+    /// since `time` last moved reached `STALE_RUN`, so that the window's
+    /// time and period restart at `now`. The run is reset when they do.
+    fn note_stale(&self, now: u64, time: u64) -> bool {
+        if self.stale_of.swap(time, Ordering::Relaxed) != time {
+            // The window's time moved since the last one: a new run.
             self.stale_run.store(0, Ordering::Relaxed);
         }
         let mut run = self.stale_run.load(Ordering::Relaxed);
@@ -770,17 +802,7 @@ impl AtomicWindow {
                 .fetch_add(1, Ordering::Relaxed)
                 .saturating_add(1);
         }
-        if run >= LatencyWindow::<CubicMapping>::STALE_RUN {
-            self.stale_run.store(0, Ordering::Relaxed);
-            self.set_recent(now, now);
-        }
-    }
-
-    #[inline]
-    fn set_recent(&self, older: u64, last: u64) {
-        let [r0, r1] = &self.recent.0;
-        r0.store(older, Ordering::Relaxed);
-        r1.store(last, Ordering::Relaxed);
+        run >= LatencyWindow::<CubicMapping>::STALE_RUN
     }
 
     fn bump_generation(&self) {
@@ -788,14 +810,16 @@ impl AtomicWindow {
         self.generation.fetch_add(1, Ordering::Release);
     }
 
-    /// Under the flag: the previous half is cleared, then made current.
-    fn rotate<M: IndexMapping>(&self, p: &Params<M>, now: u64) {
+    /// Under the flag: the previous half is cleared, then made current,
+    /// its period starting at the window's time.
+    fn rotate<M: IndexMapping>(&self, p: &Params<M>) {
         let old = self.current.load(Ordering::Relaxed) & 1;
         if let Some(next) = self.halves.get(old ^ 1) {
             next.clear();
         }
         self.current.store(old ^ 1, Ordering::Release);
-        self.start.store(now, Ordering::Relaxed);
+        self.start
+            .store(self.time.0.load(Ordering::Relaxed), Ordering::Relaxed);
         self.rotations.fetch_add(1, Ordering::Relaxed);
         self.bump_generation();
         self.refresh(p);
@@ -855,9 +879,7 @@ impl AtomicWindow {
         if !self.started.load(Ordering::Acquire) {
             return false;
         }
-        let [r0, r1] = &self.recent.0;
-        let reference = r0.load(Ordering::Relaxed).max(r1.load(Ordering::Relaxed));
-        now.saturating_sub(reference) > p.idle_after
+        now.saturating_sub(self.time.0.load(Ordering::Relaxed)) > p.idle_after
     }
 
     /// Rotations so far.
