@@ -133,9 +133,9 @@ impl Model {
     }
 
     /// After a sample is added: rotate once the current half holds
-    /// `max_samples`.
+    /// `max_samples` answers.
     fn added(&mut self) {
-        if (self.current.len() + self.current_censored.len()) as u64 >= self.max_samples {
+        if self.current.len() as u64 >= self.max_samples {
             self.rotate();
         }
     }

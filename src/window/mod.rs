@@ -10,8 +10,10 @@
 //! # Rotation
 //! The current half becomes the previous one (and the old previous half is
 //! dropped) when either
-//! * it holds [`Rotation::max_samples`] samples: at high rates the window
-//!   follows a change within two such batches, in seconds; or
+//! * it holds [`Rotation::max_samples`] answers (exact samples, however
+//!   many were censored beside them): at high rates the window follows a
+//!   change within two such batches, in seconds, and a half never leaves
+//!   with fewer answers than the `min_samples` below it is raised to; or
 //! * [`Rotation::period_ns`] has passed since the last rotation *and* it
 //!   holds at least [`Rotation::min_samples`]: at low rates neither half is
 //!   ever left nearly empty, so a client that sends at least one request a
@@ -99,16 +101,23 @@ const NANOS_PER_SEC: u64 = 1_000_000_000;
 /// Refresh the cached quantile once new samples reach `count / REFRESH_SHARE`.
 pub(crate) const REFRESH_SHARE: u64 = 32;
 
-/// The current half's count at which a window refreshed at
-/// `current_count`, holding `count` samples in all, next refreshes:
-/// `max(1, count / REFRESH_SHARE)` samples on, or at the rotation on count
-/// if that comes first. Both windows (this one and the shared hedger's) keep
-/// this schedule, so that they estimate alike.
+/// The current half's count (answers and censored samples) at which a
+/// window refreshed with `current_count` samples in its current half, of
+/// which `current_exact` answers, and `count` in all, next refreshes:
+/// `max(1, count / REFRESH_SHARE)` samples on, or at the first sample that
+/// could complete the rotation on count (`max_samples` answers) if that
+/// comes first. Both windows (this one and the shared hedger's) keep this
+/// schedule, so that they estimate alike.
 #[inline]
-pub(crate) fn refresh_after(current_count: u64, count: u64, rotation: &Rotation) -> u64 {
-    current_count
-        .saturating_add((count / REFRESH_SHARE).max(1))
-        .min(rotation.max_samples)
+pub(crate) fn refresh_after(
+    current_count: u64,
+    current_exact: u64,
+    count: u64,
+    rotation: &Rotation,
+) -> u64 {
+    let step = (count / REFRESH_SHARE).max(1);
+    let to_rotation = rotation.max_samples.saturating_sub(current_exact).max(1);
+    current_count.saturating_add(step.min(to_rotation))
 }
 
 /// A gap longer than this is an idle gap: two periods less 1 ns, or
@@ -133,8 +142,9 @@ pub struct Rotation {
     /// Exact samples (answers) the current half must hold before time alone
     /// rotates it.
     pub min_samples: u64,
-    /// Rotate as soon as the current half holds this many samples, whatever
-    /// the time (`u64::MAX`: never on count alone).
+    /// Rotate as soon as the current half holds this many answers (exact
+    /// samples; censored ones beside them do not count), whatever the time
+    /// (`u64::MAX`: never on count alone).
     pub max_samples: u64,
 }
 
@@ -455,10 +465,11 @@ impl<M: IndexMapping, S: Store> LatencyWindow<M, S> {
         }
     }
 
-    /// Every `count / 32` samples: rotate on count, or refresh.
+    /// Every `count / 32` samples: rotate on count (the current half holds
+    /// `max_samples` answers), or refresh.
     #[inline(never)]
     fn checkpoint(&mut self) {
-        if self.current_count >= self.rotation.max_samples {
+        if self.current_exact >= self.rotation.max_samples {
             self.rotate();
         } else {
             self.refresh();
@@ -472,7 +483,12 @@ impl<M: IndexMapping, S: Store> LatencyWindow<M, S> {
     pub fn refresh(&mut self) {
         self.cached_ns =
             survival::quantile([self.current.pair(), self.previous.pair()], &self.quantile);
-        self.next_check = refresh_after(self.current_count, self.count(), &self.rotation);
+        self.next_check = refresh_after(
+            self.current_count,
+            self.current_exact,
+            self.count(),
+            &self.rotation,
+        );
     }
 
     /// The cached quantile in nanoseconds (rounded down, saturating), `None`

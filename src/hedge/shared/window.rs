@@ -692,10 +692,9 @@ impl AtomicWindow {
         self.try_locked(|| {
             // Another thread may have rotated or refreshed since.
             let (current, _) = self.halves();
-            let n = current.count();
-            if n >= p.rotation.max_samples {
+            if current.exact.count() >= p.rotation.max_samples {
                 self.rotate(p);
-            } else if n >= self.next_check.load(Ordering::Relaxed) {
+            } else if current.count() >= self.next_check.load(Ordering::Relaxed) {
                 self.refresh(p);
             }
         });
@@ -847,7 +846,12 @@ impl AtomicWindow {
         // +1 keeps 0 for "none".
         let encoded = q.map_or(0, |v| v.saturating_add(1));
         self.cached.store(encoded, Ordering::Relaxed);
-        let next = refresh_after(current.count(), self.count(), &p.rotation);
+        let next = refresh_after(
+            current.count(),
+            current.exact.count(),
+            self.count(),
+            &p.rotation,
+        );
         self.next_check.store(next, Ordering::Relaxed);
     }
 
