@@ -35,10 +35,15 @@ const NS_PER_SEC: u64 = 1_000_000_000;
 /// less the window, at most a second (and an interval). Each stretch
 /// between restarts obeys the bound, without the burst after the first:
 /// across a restart the bound holds per stretch, not over the union of
-/// their timestamps (a clock stepped back replays the same numbers). Under
-/// concurrency the run is counted approximately (threads racing may count
-/// an ask twice or miss one); a restart is one compare-and-swap on TAT, so
-/// it never undoes a grant made meanwhile.
+/// their timestamps (a clock stepped back replays the same numbers). The
+/// bucket cannot tell a clock stepped back for good from the only thread
+/// asking for a while being more than the window and a second behind the
+/// others: threads must read one clock (as they do a monotonic one, a few
+/// microseconds apart), or each such stretch restarts the bucket and may
+/// give up to a burst more once the others ask again. Under concurrency the
+/// run is counted approximately (threads racing may count an ask twice or
+/// miss one); a restart is one compare-and-swap on TAT, so it never undoes
+/// a grant made meanwhile.
 ///
 /// ```
 /// use tailguard::budget::{HedgeBudget, TokenBucket};
