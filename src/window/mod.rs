@@ -429,6 +429,14 @@ impl<M: IndexMapping, S: Store> LatencyWindow<M, S> {
     /// Records one latency sample (nanoseconds) at time `now`, through
     /// [`DDSketch::add_u64`]: 0 goes to the zero bucket.
     ///
+    /// Each half is a fixed-capacity sketch: samples that span more keys
+    /// than its store holds collapse its lowest buckets (see
+    /// [`CollapsingLowestStore`]), so one sample of a year among
+    /// milliseconds moves the low quantiles of that half (a p90 of 1 ms
+    /// read 50 ms after one such sample). The hedgers refuse samples above
+    /// [`HedgeConfig::max_sample_ns`](crate::hedge::HedgeConfig::max_sample_ns)
+    /// for this reason; bound what you record the same way.
+    ///
     /// # Errors
     /// Never for latencies up to `u64::MAX` with the crate's mappings at
     /// offset 0; the sketch's error otherwise, with nothing recorded.

@@ -17,7 +17,7 @@
 //!   smaller keys collapsed into the first bucket. A configuration whose
 //!   range stops above 1 µs and above the minimum delay is refused
 //!   ([`ConfigError::SharedKeyRange`]): at α = 0.5 % the buckets span
-//!   only 28 000×, so pair a finer α with a shorter `max_sample_ns`.
+//!   only 25 300×, so pair a finer α with a shorter `max_sample_ns`.
 //!   Recording a sample is a relaxed `fetch_add` on its bucket and
 //!   one on its side's count. Refreshing the cached delay (every 1/32 new
 //!   samples, and at rotation) and rotating are done by whichever thread
@@ -277,10 +277,10 @@ impl<B: HedgeBudget, const T: usize, M: IndexMapping> SharedHedger<B, T, M> {
     /// use tailguard::hedge::{ConfigError, HedgeConfig, SharedHedger};
     ///
     /// assert!(SharedHedger::new(HedgeConfig::DEFAULT)?.key_floor_ns() < 1_000);
-    /// // α = 0.5 %: the buckets span 28 000×, 21 ms to 10 min...
+    /// // α = 0.5 %: the buckets span 25 300×, 23.7 ms to 10 min...
     /// let fine = HedgeConfig::DEFAULT.relative_accuracy(0.005);
     /// assert!(matches!(SharedHedger::new(fine), Err(ConfigError::SharedKeyRange { .. })));
-    /// // ...or 0.36 ms to 10 s, under the default 1 ms minimum delay.
+    /// // ...or 0.40 ms to 10 s, under the default 1 ms minimum delay.
     /// let fine = fine.max_sample_ns(10_000_000_000);
     /// assert!(SharedHedger::new(fine)?.key_floor_ns() < 1_000_000);
     /// # Ok::<(), ConfigError>(())
