@@ -181,7 +181,7 @@
 //! CI builds such a hedger for `thumbv7em-none-eabihf` (start, timer,
 //! commit, stats; opt-level `"s"`, LTO) and checks from its disassembly
 //! that no software double-precision routine is reachable from any event:
-//! it takes 16.2 KB of flash (22.7 KB at opt-level 3; see the README's
+//! it takes 16.1 KB of flash (22.6 KB at opt-level 3; see the README's
 //! *Embedded targets*). 64-bit atomics, emulated with a lock on 32-bit
 //! targets, are one out-of-line function an operation there.
 //!
