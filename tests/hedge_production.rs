@@ -826,3 +826,58 @@ fn a_failure_past_the_deadline_ends_the_request() {
     ));
     assert_eq!(h.stats().retries_released, 0);
 }
+
+/// A replica reached only by hedges routed to it (`Request::route`) is a
+/// busy target too: each routed attempt counts as a use of its slot, so it
+/// keeps its window among one-off keys and `evict_idle` sees it used (it
+/// was inserted with no use and never touched, so it churned with keys
+/// seen once and `evict_idle` dropped it whatever its traffic).
+#[test]
+fn a_replica_reached_by_routed_hedges_keeps_its_slot() {
+    let config = HedgeConfig::DEFAULT.prior_delay_ns(4 * MS);
+    let mut h: Hedger<u64, Budget, 4> = Hedger::with_budget(config, Budget::Unlimited).unwrap();
+    let mut b = Backend::lognormal(5.0, 0.5, 11);
+    let (mut present, mut checks, mut fresh) = (0u32, 0u32, 1_000u64);
+    for i in 0..40_000u64 {
+        let now = i * MS;
+        // Primaries to replica 1 on even requests, to one-off keys on odd.
+        let key = if i % 2 == 0 {
+            1
+        } else {
+            fresh += 1;
+            fresh
+        };
+        let mut req = h.start(key, now, Idempotency::Idempotent);
+        let primary = now + b.draw();
+        let mut end = primary;
+        let mut winner = Attempt::PRIMARY;
+        if key == 1 {
+            if let Some(at) = req.next_timer().filter(|&at| at < primary) {
+                if let TimerAction::SendHedge(hedge) = h.on_timer(&mut req, at) {
+                    req.route(hedge, 2); // every hedge goes to replica 2
+                    let answer = at + b.draw();
+                    if answer < primary {
+                        (end, winner) = (answer, hedge);
+                    }
+                }
+            }
+        }
+        let _ = h.on_commit(&mut req, winner, end);
+        if i > 5_000 {
+            checks += 1;
+            present += u32::from(h.window(&2).is_some());
+        }
+    }
+    assert!(
+        f64::from(present) >= 0.99 * f64::from(checks),
+        "replica 2 present {present} of {checks}"
+    );
+    assert!(h.window(&2).is_some_and(|w| w.exact_count() > 100));
+    // Used 10 ms ago by a routed hedge: not idle.
+    let last = 39_999 * MS + 10 * MS;
+    h.evict_idle(last, SEC);
+    assert!(
+        h.window(&2).is_some(),
+        "evict_idle dropped a replica in use"
+    );
+}

@@ -56,6 +56,9 @@ pub(crate) trait Core<K> {
     fn record_answer(&mut self, target: K, now: u64, elapsed: u64) -> bool {
         self.record_sample(target, now, elapsed, true)
     }
+    /// Notes a use of `target`'s slot by an attempt routed there at `now`
+    /// (the table's use count, its last use); nothing without a table.
+    fn touch_routed(&mut self, _target: K, _now: u64) {}
     fn bump(&mut self, stat: Stat);
     /// The retry balance ([`HedgeConfig::retry_throttle`]): a retryable
     /// failure takes a token. Returns the balance this take left (one
@@ -83,7 +86,7 @@ enum Extra {
 /// A fresh request to `target` at `now`, given the delay the hedger found
 /// for it (its window's, the aggregate's, the prior, or none).
 #[inline]
-pub(crate) fn start<K: Copy, C: Core<K>>(
+pub(crate) fn start<K: Copy + PartialEq, C: Core<K>>(
     core: &mut C,
     target: K,
     now: u64,
@@ -132,7 +135,7 @@ pub(crate) fn plan(config: &HedgeConfig, delay: Option<(u64, DelaySource)>) -> P
 }
 
 /// The caller's timer for `request` fired at `now`.
-pub(crate) fn on_timer<K: Copy, C: Core<K>>(
+pub(crate) fn on_timer<K: Copy + PartialEq, C: Core<K>>(
     core: &mut C,
     request: &mut Request<K>,
     now: u64,
@@ -174,7 +177,7 @@ pub(crate) fn on_timer<K: Copy, C: Core<K>>(
 /// against those in flight: hedges left, in-flight cap and budget
 /// permitting) or as a retry (nothing left in flight: retries left
 /// permitting), and schedules the next hedge one delay later.
-fn send_next<K: Copy, C: Core<K>>(
+fn send_next<K: Copy + PartialEq, C: Core<K>>(
     core: &mut C,
     request: &mut Request<K>,
     now: u64,
@@ -255,7 +258,7 @@ pub(crate) fn is_sole_primary<K>(request: &Request<K>, attempt: Attempt) -> bool
 /// choice).
 #[cfg_attr(target_pointer_width = "64", inline(always))]
 #[cfg_attr(not(target_pointer_width = "64"), inline)]
-pub(crate) fn commit_sole_primary<K: Copy, C: Core<K>>(
+pub(crate) fn commit_sole_primary<K: Copy + PartialEq, C: Core<K>>(
     core: &mut C,
     request: &mut Request<K>,
     now: u64,
@@ -287,7 +290,7 @@ pub(crate) fn commit_sole_primary<K: Copy, C: Core<K>>(
 }
 
 /// `attempt` of `request` gave its commit signal at `now`.
-pub(crate) fn on_commit<K: Copy, C: Core<K>>(
+pub(crate) fn on_commit<K: Copy + PartialEq, C: Core<K>>(
     core: &mut C,
     request: &mut Request<K>,
     attempt: Attempt,
@@ -327,7 +330,7 @@ pub(crate) fn on_commit<K: Copy, C: Core<K>>(
 /// winner's as an exact sample, the others' as censored ones, each under
 /// the target the attempt went to and in the aggregate.
 #[inline]
-fn record<K: Copy, C: Core<K>>(
+fn record<K: Copy + PartialEq, C: Core<K>>(
     core: &mut C,
     request: &Request<K>,
     attempts: AttemptSet,
@@ -342,7 +345,7 @@ fn record<K: Copy, C: Core<K>>(
 /// Records the elapsed time of attempt `a` at `now`: exact (the winner's)
 /// or censored.
 #[inline(always)]
-fn record_one<K: Copy, C: Core<K>>(
+fn record_one<K: Copy + PartialEq, C: Core<K>>(
     core: &mut C,
     request: &Request<K>,
     a: Attempt,
@@ -358,6 +361,10 @@ fn record_one<K: Copy, C: Core<K>>(
         return;
     }
     let target = request.target_of(a).unwrap_or(request.target());
+    if target != request.target() {
+        // Routed elsewhere: a use of that target, as a start is of its own.
+        core.touch_routed(target, now);
+    }
     let stat = if !core.record_sample(target, now, elapsed, exact) {
         Stat::SamplesRefused
     } else if exact {
@@ -370,7 +377,11 @@ fn record_one<K: Copy, C: Core<K>>(
 
 /// Forgets the hedges among `attempts` in the in-flight count.
 #[inline]
-fn release<K: Copy, C: Core<K>>(core: &mut C, request: &mut Request<K>, attempts: AttemptSet) {
+fn release<K: Copy + PartialEq, C: Core<K>>(
+    core: &mut C,
+    request: &mut Request<K>,
+    attempts: AttemptSet,
+) {
     // Usually empty (only hedges are leased): walk just the leased ones.
     let leased = request.leased.intersection(attempts);
     request.leased = request.leased.difference(leased);
@@ -383,7 +394,11 @@ fn release<K: Copy, C: Core<K>>(core: &mut C, request: &mut Request<K>, attempts
 
 /// Ends `request` at `now`: the attempts in flight are recorded as
 /// censored and returned, to cancel.
-fn give_up<K: Copy, C: Core<K>>(core: &mut C, request: &mut Request<K>, now: u64) -> AttemptSet {
+fn give_up<K: Copy + PartialEq, C: Core<K>>(
+    core: &mut C,
+    request: &mut Request<K>,
+    now: u64,
+) -> AttemptSet {
     let cancel = request.in_flight();
     record(core, request, cancel, None, now);
     release(core, request, cancel);
@@ -394,7 +409,7 @@ fn give_up<K: Copy, C: Core<K>>(core: &mut C, request: &mut Request<K>, now: u64
 }
 
 /// `attempt` of `request` failed (an error, not slowness) at `now`.
-pub(crate) fn on_failure<K: Copy, C: Core<K>>(
+pub(crate) fn on_failure<K: Copy + PartialEq, C: Core<K>>(
     core: &mut C,
     request: &mut Request<K>,
     attempt: Attempt,
@@ -498,7 +513,7 @@ fn retries_throttled(config: &HedgeConfig, balance: u32) -> bool {
 }
 
 /// The caller gives `request` up at `now`.
-pub(crate) fn abandon<K: Copy, C: Core<K>>(
+pub(crate) fn abandon<K: Copy + PartialEq, C: Core<K>>(
     core: &mut C,
     request: &mut Request<K>,
     now: u64,

@@ -115,7 +115,8 @@
 //! window is cold, or was evicted, gets the aggregate's delay
 //! ([`DelaySource::Aggregate`]) rather than none. A hedge sent to another
 //! replica can say so ([`Request::route`]), so its latency is recorded
-//! under the replica that served it.
+//! under the replica that served it, and the attempt counts as a use of
+//! that replica's slot.
 //!
 //! # Idempotency
 //! The machine cannot know whether a request is safe to send twice.
@@ -653,6 +654,15 @@ impl<K: PartialEq + Copy, B: HedgeBudget, const T: usize, S: Store, M: IndexMapp
     #[inline]
     fn in_flight_release(&mut self, sent_at: u64) {
         self.in_flight.release(sent_at);
+    }
+
+    /// A routed attempt uses its target's slot as a start does (it enters
+    /// the table if absent).
+    fn touch_routed(&mut self, target: K, now: u64) {
+        let index = self.entry(target, now);
+        if let Some(t) = self.table.get_mut(index) {
+            t.touch(now);
+        }
     }
 
     /// Takes a hedge token for a request to `target` at `now`.

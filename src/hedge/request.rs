@@ -347,9 +347,12 @@ impl<K: Copy> Request<K> {
     }
 
     /// Says that `attempt` went to `target` (a hedge sent to another
-    /// replica), so that its latency is recorded where it was measured.
-    /// Call it right after sending the attempt, before any event for it.
-    /// The budget is always the primary target's.
+    /// replica), so that its latency is recorded where it was measured and
+    /// the attempt counts as a use of `target`'s slot in a
+    /// [`Hedger`](super::Hedger)'s table (its use count and last use, as a
+    /// start counts for the primary's). Call it right after sending the
+    /// attempt, before any event for it. The budget is always the primary
+    /// target's.
     pub fn route(&mut self, attempt: Attempt, target: K) {
         if let Some(slot) = self.targets.get_mut(attempt.index()) {
             *slot = target;
