@@ -116,7 +116,12 @@
 //! ([`DelaySource::Aggregate`]) rather than none. A hedge sent to another
 //! replica can say so ([`Request::route`]), so its latency is recorded
 //! under the replica that served it, and the attempt counts as a use of
-//! that replica's slot.
+//! that replica's slot. With `T = 1` there is one slot and no aggregate:
+//! give it one key (`()`, as the default does); two keys taking turns
+//! evict each other's window at every request and never hedge. For more
+//! targets, `T` slots; for one window whatever the key, a
+//! [`SharedHedger<B, 1>`](SharedHedger), whose single window takes every
+//! target.
 //!
 //! # Idempotency
 //! The machine cannot know whether a request is safe to send twice.
