@@ -326,24 +326,29 @@ fn a_hot_key_keeps_its_slot_among_cold_ones() {
     assert!(f64::from(own) / f64::from(hot) >= 0.95, "{own} of {hot}");
 }
 
-/// Key 0 gets one request in `every` (after 1 000 alone); every other
-/// request goes to a key never seen before. The share of key 0's later
-/// requests whose delay comes from its own window.
-fn hot_key_among_one_offs<const T: usize>(every: u64) -> f64 {
-    let mut h: Hedger<u64, Budget, T> =
-        Hedger::with_budget(HedgeConfig::DEFAULT, Budget::Unlimited).unwrap();
-    let mut b = Backend::lognormal(5.0, 0.5, 9);
-    let (mut hot, mut own, mut fresh) = (0u32, 0u32, 1_000u64);
-    for i in 0..40_000u64 {
-        let key = if i < 1_000 || i % every == 0 {
-            0
+/// Requests 1 ms apart over `requests`: request `i` goes to key `busy`
+/// when `is_busy(i)`, else to a key never seen before. The share of the
+/// busy key's requests from `counted_from` on whose delay came from its
+/// own window.
+fn busy_among_one_offs<const T: usize>(
+    h: &mut Hedger<u64, Budget, T>,
+    b: &mut Backend,
+    requests: std::ops::Range<u64>,
+    busy: u64,
+    is_busy: impl Fn(u64) -> bool,
+    counted_from: u64,
+) -> f64 {
+    let (mut counted, mut own, mut fresh) = (0u32, 0u32, 1_000_000u64);
+    for i in requests {
+        let key = if is_busy(i) {
+            busy
         } else {
             fresh += 1;
             fresh
         };
-        let (plan, _) = run_request(&mut h, &mut b, key, i * MS);
-        if key == 0 && i > 2_000 {
-            hot += 1;
+        let (plan, _) = run_request(h, b, key, i * MS);
+        if key == busy && i >= counted_from {
+            counted += 1;
             own += u32::from(matches!(
                 plan,
                 Plan::Hedge {
@@ -353,7 +358,17 @@ fn hot_key_among_one_offs<const T: usize>(every: u64) -> f64 {
             ));
         }
     }
-    f64::from(own) / f64::from(hot)
+    f64::from(own) / f64::from(counted)
+}
+
+/// Key 0 gets one request in `every` (after 1 000 alone); every other
+/// request goes to a key never seen before.
+fn hot_key_among_one_offs<const T: usize>(every: u64) -> f64 {
+    let mut h: Hedger<u64, Budget, T> =
+        Hedger::with_budget(HedgeConfig::DEFAULT, Budget::Unlimited).unwrap();
+    let mut b = Backend::lognormal(5.0, 0.5, 9);
+    let is_busy = |i: u64| i < 1_000 || i.is_multiple_of(every);
+    busy_among_one_offs(&mut h, &mut b, 0..40_000, 0, is_busy, 2_000)
 }
 
 /// Keys seen once churn through a full table; a key with a fifth to a
@@ -403,27 +418,18 @@ fn quiet_keys_make_room_for_a_new_busy_one() {
     for i in 0..12_000u64 {
         let _ = run_request(&mut h, &mut b, i % 4, i * MS);
     }
-    let (mut busy, mut own, mut fresh) = (0u32, 0u32, 1_000u64);
-    for i in 12_000..52_000u64 {
-        let key = if i % 5 == 0 {
-            100
-        } else {
-            fresh += 1;
-            fresh
-        };
-        let (plan, _) = run_request(&mut h, &mut b, key, i * MS);
-        if key == 100 && i > 22_000 {
-            busy += 1;
-            own += u32::from(matches!(
-                plan,
-                Plan::Hedge {
-                    source: DelaySource::Target,
-                    ..
-                }
-            ));
-        }
-    }
-    assert!(f64::from(own) >= 0.99 * f64::from(busy), "{own} of {busy}");
+    let own = busy_among_one_offs(
+        &mut h,
+        &mut b,
+        12_000..52_000,
+        100,
+        |i| i.is_multiple_of(5),
+        22_000,
+    );
+    assert!(
+        own >= 0.99,
+        "{own:.3} of the new busy key's requests had a delay of its own"
+    );
     let quiet = (1..4u64).filter(|k| h.window(k).is_some()).count();
     assert_eq!(quiet, 0, "quiet keys still held");
 }
