@@ -897,6 +897,18 @@ proptest::proptest! {
     }
 }
 
+/// A cold request started at 0 under `config` with a 10 ms prior delay,
+/// its hedge (attempt 1) sent on the timer.
+fn hedged_at_10_ms(config: HedgeConfig) -> (Hedger<(), Budget>, Request<()>) {
+    let mut h = hedger(config.prior_delay_ns(10 * MS));
+    let mut r = h.start((), 0, IDEMPOTENT);
+    assert_eq!(
+        h.on_timer(&mut r, 10 * MS),
+        TimerAction::SendHedge(Attempt(1))
+    );
+    (h, r)
+}
+
 /// A hedge that fails with nothing else in flight is replaced by a retry,
 /// and its place in `max_hedges` goes to a hedge of the retry, as one more
 /// replacement, while `max_retries` has one left: a retry that straggles
@@ -905,15 +917,7 @@ proptest::proptest! {
 #[test]
 fn a_retry_after_a_failed_hedge_is_hedged_while_replacements_last() {
     let run = |max_retries: u8| {
-        let config = HedgeConfig::DEFAULT
-            .prior_delay_ns(10 * MS)
-            .max_retries(max_retries);
-        let mut h = hedger(config);
-        let mut r = h.start((), 0, IDEMPOTENT);
-        assert_eq!(
-            h.on_timer(&mut r, 10 * MS),
-            TimerAction::SendHedge(Attempt(1))
-        );
+        let (mut h, mut r) = hedged_at_10_ms(HedgeConfig::DEFAULT.max_retries(max_retries));
         // The primary fails while the hedge races: no hedge place is left.
         assert_eq!(
             h.on_failure(&mut r, Attempt::PRIMARY, 11 * MS, Failure::Retryable),
@@ -941,13 +945,7 @@ fn a_retry_after_a_failed_hedge_is_hedged_while_replacements_last() {
 /// request had finished).
 #[test]
 fn a_commit_from_a_failed_attempt_is_unknown_racing_or_finished() {
-    let config = HedgeConfig::DEFAULT.prior_delay_ns(10 * MS);
-    let mut h = hedger(config);
-    let mut r = h.start((), 0, IDEMPOTENT);
-    assert_eq!(
-        h.on_timer(&mut r, 10 * MS),
-        TimerAction::SendHedge(Attempt(1))
-    );
+    let (mut h, mut r) = hedged_at_10_ms(HedgeConfig::DEFAULT);
     assert_eq!(
         h.on_failure(&mut r, Attempt(1), 11 * MS, Failure::Retryable),
         FailureOutcome::SendNow(Attempt(2))
