@@ -790,3 +790,142 @@ async fn a_replacement_hedge_takes_the_waiting_clone() {
     assert_eq!(calls, [ms(0), ms(5), ms(12)]);
     assert_eq!(hedger.stats().hedges_sent, 2);
 }
+
+/// `Backend` whose readiness fails with `error` from its `ok`-th
+/// `poll_ready` on, counted across its clones (a pool that broke after
+/// the primary was called on it).
+#[derive(Clone)]
+struct ReadinessFails {
+    inner: Backend,
+    polls: Arc<std::sync::atomic::AtomicU32>,
+    ok: u32,
+    error: Failure,
+}
+
+impl ReadinessFails {
+    fn new(inner: Backend, ok: u32, error: Failure) -> Self {
+        Self {
+            inner,
+            polls: Arc::default(),
+            ok,
+            error,
+        }
+    }
+}
+
+impl Service<u64> for ReadinessFails {
+    type Response = (u64, u32);
+    type Error = BackendError;
+    type Future = <Backend as Service<u64>>::Future;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BackendError>> {
+        let n = self
+            .polls
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if n < self.ok {
+            self.inner.poll_ready(cx)
+        } else {
+            Poll::Ready(Err(BackendError(self.error)))
+        }
+    }
+
+    fn call(&mut self, id: u64) -> Self::Future {
+        self.inner.call(id)
+    }
+}
+
+/// A hedge whose service clone fails readiness never went out: it is not
+/// released (no hedge counted, no budget token), no later attempt is
+/// either, and the primary, still healthy, answers — whatever the policy
+/// makes of the readiness error (a fatal one does not fail the request).
+#[tokio::test(start_paused = true)]
+async fn a_hedge_whose_readiness_fails_is_never_released_nor_paid() {
+    for error in [Failure::Retryable, Failure::Fatal] {
+        let backend = Backend::new(|_, _| Reply::After(ms(30)));
+        let service = ReadinessFails::new(backend.clone(), 1, error);
+        let bucket = tailguard::TokenBucket::new(10, 10).unwrap();
+        let config = prior_5ms().max_retries(2);
+        let hedger: Arc<SharedHedger> =
+            Arc::new(SharedHedger::with_budget(config, Budget::TokenBucket(bucket)).unwrap());
+        let layered = HedgeLayer::new(Arc::clone(&hedger), EvenIdempotent).layer(service);
+        let t0 = Instant::now();
+        assert_eq!(layered.oneshot(0).await, Ok((0, 0)), "{error:?}");
+        assert_eq!(t0.elapsed(), ms(30));
+        assert_eq!(backend.calls().len(), 1, "only the primary went out");
+        let stats = hedger.stats();
+        assert_eq!(
+            (
+                stats.hedges_sent,
+                stats.retries_released,
+                stats.primary_wins
+            ),
+            (0, 0, 1),
+            "{error:?}: {stats:?}"
+        );
+        assert_eq!(hedger.budget_stats().grants, 0, "{error:?}: no token");
+        assert_eq!(hedger.hedges_in_flight(u64::MAX / 2), 0);
+    }
+}
+
+/// A retry a failure released at once readies after its release: if its
+/// readiness fails, it counts as released (it was, before anyone could
+/// know), but no further attempt is, and the request fails with the
+/// readiness error once nothing else is in flight.
+#[tokio::test(start_paused = true)]
+async fn a_retry_whose_readiness_fails_ends_the_extra_attempts() {
+    for error in [Failure::Retryable, Failure::Fatal] {
+        let backend = Backend::new(|_, _| Reply::FailAfter(ms(2), Failure::Retryable));
+        let service = ReadinessFails::new(backend.clone(), 1, error);
+        let hedger = hedger(prior_5ms().max_retries(2));
+        let layered = HedgeLayer::new(Arc::clone(&hedger), EvenIdempotent).layer(service);
+        let t0 = Instant::now();
+        assert_eq!(
+            layered.oneshot(0).await,
+            Err(HedgeError::Service(BackendError(error)))
+        );
+        assert_eq!(t0.elapsed(), ms(2));
+        assert_eq!(backend.calls().len(), 1);
+        let stats = hedger.stats();
+        assert_eq!(
+            (stats.retries_released, stats.hedges_sent, stats.gave_up),
+            (1, 0, 1),
+            "{error:?}: {stats:?}"
+        );
+    }
+}
+
+/// Under the paused clock, guards timed on `TokioClock::new` agree with
+/// the layer (a `MonotonicClock` would read real time): after an hour of
+/// paused time, a guard's hedge still counts against the layer's
+/// in-flight cap of one.
+#[tokio::test(start_paused = true)]
+async fn guards_on_tokio_clocks_agree_with_the_layer_under_the_paused_clock() {
+    use tailguard::guard::RequestGuard;
+    use tailguard::hedge::TimerAction;
+    use tailguard::tower::TokioClock;
+    sleep(ms(3_600_000)).await;
+    let hedger = hedger(prior_5ms().max_hedges_in_flight(1));
+    let layer = HedgeLayer::new(Arc::clone(&hedger), AllIdempotent);
+    let mut guard = RequestGuard::start(
+        Arc::clone(&hedger),
+        TokioClock::new(),
+        0,
+        Idempotency::Idempotent,
+    );
+    sleep(ms(6)).await;
+    assert!(matches!(guard.on_timer(), TimerAction::SendHedge(_)));
+    // The layer's request may not hedge: the guard's hedge holds the place.
+    let backend = Backend::new(|_, n| Reply::After(ms(if n == 0 { 50 } else { 2 })));
+    let service = layer.layer(backend.clone());
+    assert_eq!(service.oneshot(0).await.unwrap(), (0, 0));
+    let stats = hedger.stats();
+    assert_eq!(
+        (stats.hedges_sent, stats.leases_expired),
+        (1, 0),
+        "{stats:?}"
+    );
+    // Refused at 5 ms, and again at each re-armed timer.
+    assert!(stats.in_flight_limited >= 1, "{stats:?}");
+    drop(guard);
+    assert_eq!(hedger.hedges_in_flight(layer.tokio_clock().now_ns()), 0);
+}

@@ -50,7 +50,7 @@ where
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         signal: &C,
-    ) -> Poll<Result<C::Response, S::Error>>
+    ) -> Poll<Result<C::Response, AttemptError<S::Error>>>
     where
         C: CommitSignal<S::Response, S::Error, Future = F>,
         F: Future<Output = Result<C::Response, S::Error>>,
@@ -60,7 +60,7 @@ where
                 AttemptProj::Waiting { service, request } => {
                     if let Err(e) = core::task::ready!(service.poll_ready(cx)) {
                         self.set(Self::Done);
-                        return Poll::Ready(Err(e));
+                        return Poll::Ready(Err(AttemptError::Unsent(e)));
                     }
                     let Some(request) = request.take() else {
                         self.set(Self::Done);
@@ -76,18 +76,26 @@ where
                     }
                     Err(e) => {
                         self.set(Self::Done);
-                        return Poll::Ready(Err(e));
+                        return Poll::Ready(Err(AttemptError::Failed(e)));
                     }
                 },
                 AttemptProj::Committing { commit } => {
                     let result = core::task::ready!(commit.poll(cx));
                     self.set(Self::Done);
-                    return Poll::Ready(result);
+                    return Poll::Ready(result.map_err(AttemptError::Failed));
                 }
                 AttemptProj::Done => return Poll::Pending,
             }
         }
     }
+}
+
+/// Why an attempt ended without its commit signal.
+pub(crate) enum AttemptError<E> {
+    /// Its service clone failed readiness: it never went out.
+    Unsent(E),
+    /// It went out and failed (or its commit signal did).
+    Failed(E),
 }
 
 /// The hedge timer, built (boxed: it is large, and rare) only when a hedge
@@ -268,11 +276,17 @@ where
             let deadline = request.give_up_at;
             let hedge_due =
                 request.next_hedge_at.is_some_and(|h| h <= at) && deadline.is_none_or(|g| g > at);
-            let mut readied = None;
+            let mut readied = false;
             if let (true, Some(spare)) = (hedge_due, this.spare.as_ref()) {
                 let service = this.ready.get_or_insert_with(|| spare.service.clone());
                 match service.poll_ready(cx) {
-                    Poll::Ready(result) => readied = Some(result),
+                    Poll::Ready(Ok(())) => readied = true,
+                    // The hedge cannot go out: it is not released (no
+                    // token, no count), and no later attempt is either.
+                    Poll::Ready(Err(_)) => {
+                        launch!().stop();
+                        continue;
+                    }
                     // Waiting for readiness: only the deadline ends that
                     // (`on_timer` below then gives up).
                     Poll::Pending => {
@@ -286,18 +300,8 @@ where
             }
             match this.guard.on_timer() {
                 TimerAction::SendHedge(attempt) => {
-                    let settled = match readied {
-                        Some(Ok(())) => {
-                            let readied = this.ready.take();
-                            launch!().send(attempt, readied)
-                        }
-                        // The clone failed to ready: that attempt's failure.
-                        Some(Err(error)) => {
-                            *this.ready = None;
-                            launch!().settle(attempt, Err(error))
-                        }
-                        None => launch!().send(attempt, None),
-                    };
+                    let readied = if readied { this.ready.take() } else { None };
+                    let settled = launch!().send(attempt, readied);
                     if let Settled::Over(result) = settled {
                         return finish!(result);
                     }
@@ -339,31 +343,64 @@ where
     M: IndexMapping + FromRelativeAccuracy + 'static,
 {
     /// Reports `attempt`'s result to the hedger and acts on its decision.
-    fn settle<R>(&mut self, attempt: Attempt, result: Result<R, S::Error>) -> Settled<R, S::Error> {
+    fn settle<R>(
+        &mut self,
+        attempt: Attempt,
+        result: Result<R, AttemptError<S::Error>>,
+    ) -> Settled<R, S::Error> {
         match result {
             Ok(response) => match self.guard.on_commit(attempt) {
                 CommitOutcome::Won { .. } => Settled::Over(Ok(response)),
                 // Cannot happen while racing; the answer is not ours.
                 CommitOutcome::Late | CommitOutcome::Unknown => Settled::Racing,
             },
-            Err(error) => {
+            Err(AttemptError::Failed(error)) => {
                 let failure = self.policy.failure(&error);
-                match self.guard.on_failure(attempt, failure) {
-                    FailureOutcome::SendNow(next) => match self.send(next, None) {
-                        Settled::Over(Err(HedgeError::NotCloned)) => {
-                            Settled::Over(Err(HedgeError::Service(error)))
-                        }
-                        settled => settled,
-                    },
-                    FailureOutcome::Continue => Settled::Racing,
-                    FailureOutcome::GiveUp { .. } => Settled::Over(Err(HedgeError::Service(error))),
-                    FailureOutcome::Ignored => {
-                        if self.guard.request().in_flight().is_empty() {
-                            Settled::Over(Err(HedgeError::Service(error)))
-                        } else {
-                            Settled::Racing
-                        }
-                    }
+                self.fail(attempt, failure, error)
+            }
+            // Released before its readiness failed (by a failure, which
+            // releases at once): it counts, but no further attempt does. A
+            // failure that never went out, whatever the error says: it
+            // fails the request only once nothing else is in flight.
+            Err(AttemptError::Unsent(error)) => {
+                self.stop();
+                self.fail(attempt, Failure::Retryable, error)
+            }
+        }
+    }
+
+    /// A service clone failed readiness (tower's contract: a service that
+    /// does is done with), and the clones of later attempts would share
+    /// its fate: the hedger releases no further attempt for this request,
+    /// so none takes a token or an in-flight place for nothing.
+    fn stop(&mut self) {
+        *self.spare = None;
+        *self.waiting = None;
+        self.guard.stop_extra_attempts();
+    }
+
+    /// Reports `attempt`'s failure with `error`, classified as `failure`,
+    /// and acts on the hedger's decision.
+    fn fail<R>(
+        &mut self,
+        attempt: Attempt,
+        failure: Failure,
+        error: S::Error,
+    ) -> Settled<R, S::Error> {
+        match self.guard.on_failure(attempt, failure) {
+            FailureOutcome::SendNow(next) => match self.send(next, None) {
+                Settled::Over(Err(HedgeError::NotCloned)) => {
+                    Settled::Over(Err(HedgeError::Service(error)))
+                }
+                settled => settled,
+            },
+            FailureOutcome::Continue => Settled::Racing,
+            FailureOutcome::GiveUp { .. } => Settled::Over(Err(HedgeError::Service(error))),
+            FailureOutcome::Ignored => {
+                if self.guard.request().in_flight().is_empty() {
+                    Settled::Over(Err(HedgeError::Service(error)))
+                } else {
+                    Settled::Racing
                 }
             }
         }

@@ -70,7 +70,8 @@
 //!
 //! # Readiness
 //! See [`HedgeService`]: the primary uses the service readied by
-//! `poll_ready`; each extra attempt waits for its own clone's readiness.
+//! `poll_ready`; each extra attempt waits for its own clone's readiness,
+//! and a clone whose readiness fails ends the request's extra attempts.
 //!
 //! # Cancellation
 //! Dropping the response future — a `select!` that lost, a timeout, an

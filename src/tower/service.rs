@@ -30,6 +30,16 @@ use crate::FromRelativeAccuracy;
 /// call (the deadline still fires while it waits). An attempt released at
 /// once by a failure (see [`Policy::failure`]) readies after its release,
 /// and is timed from that.
+///
+/// A clone whose `poll_ready` fails is done with, as tower's contract
+/// says, and the clones of the request's later attempts would share its
+/// fate: the hedger releases no further attempt for that request, and the
+/// race goes on with the attempts already out. A hedge on the timer whose
+/// readiness fails is not released at all (no token, no count); an
+/// attempt a failure released counts (it was released before its
+/// readiness could fail) and fails as one that never went out: whatever
+/// the policy makes of the error, it fails the request with it only once
+/// nothing else is in flight.
 #[derive(Debug)]
 pub struct HedgeService<
     S,
