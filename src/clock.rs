@@ -9,7 +9,10 @@
 //! whichever of them reads it, on any thread, so any number of guards and
 //! layers over one hedger agree without passing a clock around. A clock
 //! made [`since`](MonotonicClock::since) an origin of your own reads 0
-//! there instead.
+//! there instead. One exception: under tokio's paused test clock
+//! (`test-util`), a `TokioClock` reads the paused time and a
+//! `MonotonicClock` the real one, which part as soon as the test advances
+//! time: a test that pauses time times every request on `TokioClock`s.
 
 use core::time::Duration;
 use std::sync::OnceLock;

@@ -39,7 +39,9 @@ impl<
     /// time base, so any number of layers (and
     /// [`RequestGuard`](crate::guard::RequestGuard)s on
     /// [`MonotonicClock::new`](crate::clock::MonotonicClock::new)) over
-    /// one hedger time its requests alike.
+    /// one hedger time its requests alike. Under tokio's paused test clock
+    /// the layer reads paused time and a `MonotonicClock` real time: give
+    /// such guards a [`TokioClock`] too.
     pub fn new(hedger: impl Into<HedgerRef<B, T, M>>, policy: P) -> Self {
         Self {
             hedger: hedger.into(),

@@ -29,8 +29,8 @@ pub trait Policy<Req, E> {
     /// must keep answering `Some` for a request it copied once. (If it does
     /// not, that attempt counts as a retryable failure that never went
     /// out, and no further attempt is released for the request; with
-    /// nothing else in flight it fails with
-    /// [`HedgeError::NotCloned`](super::HedgeError::NotCloned).)
+    /// nothing else in flight the request fails with the error of the
+    /// failure that released that attempt.)
     fn clone_request(&self, request: &Req) -> Option<Req>;
 
     /// The hedger target (`0..T`, the index of a replica or endpoint) that
