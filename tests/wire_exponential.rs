@@ -349,3 +349,41 @@ proptest! {
         prop_assert_eq!(q, v); // clamped to the exact min/max
     }
 }
+
+/// `f64::MIN_POSITIVE`, an exact power of two, closes the bucket below it,
+/// whose representative is subnormal; `max_indexable_value`'s may pass it.
+/// Both come back through DataDog's format at every scale it can carry,
+/// in either convention, with 1 000 ordinary samples beside them.
+#[test]
+fn indexable_extremes_decode_at_every_scale() {
+    for scale in -9..=20 {
+        let m = ExponentialMapping::new(scale).unwrap();
+        for v in [f64::MIN_POSITIVE, m.max_indexable_value()] {
+            for convention in [Convention::GoJava, Convention::Python] {
+                let mut s =
+                    SignedSketch::<ExponentialMapping, CollapsingLowestStore<CAP>>::with_mapping(m);
+                s.add(v).unwrap();
+                s.add(-v).unwrap();
+                (1..=1000).for_each(|i| s.add(f64::from(i)).unwrap());
+                let mut buf = vec![0u8; tailguard::wire::ddsketch_max_encoded_len(CAP, CAP)];
+                let n = encode_ddsketch(&s, convention, &mut buf).unwrap();
+                let (back, _): (
+                    SignedSketch<ExponentialMapping, CollapsingLowestStore<CAP>>,
+                    _,
+                ) = decode_ddsketch(&buf[..n], convention)
+                    .unwrap_or_else(|e| panic!("scale {scale} {v:e} {convention:?}: {e:?}"));
+                assert_eq!(back.count(), 1002, "scale {scale} {v:e}");
+                assert_eq!(back.mapping(), &m);
+                // The ends: the negative store holds only −v.
+                for (q, want) in [(0.0, -v), (1.0, v.max(1000.0))] {
+                    let got = back.quantile(q).unwrap().unwrap();
+                    let a = m.relative_accuracy();
+                    assert!(
+                        (got - want).abs() <= a * want.abs(),
+                        "scale {scale} q={q}: {got:e}"
+                    );
+                }
+            }
+        }
+    }
+}

@@ -21,6 +21,13 @@ fn round_trip<M: WireMapping, P: Store, N: Store>(bytes: &[u8], convention: Conv
     let Ok((sketch, _)) = decode_ddsketch::<M, P, N>(bytes, convention) else {
         return;
     };
+    // Representatives are kept within the indexable range: never infinite.
+    if sketch.count() > 0 {
+        for q in [0.0, 1.0] {
+            let v = sketch.quantile(q).expect("a valid quantile");
+            assert!(v.is_some_and(f64::is_finite), "quantile {q}: {v:?}");
+        }
+    }
     let len = ddsketch_encoded_len(&sketch, convention).expect("a decoded sketch encodes");
     let mut buf = vec![0u8; len];
     assert_eq!(encode_ddsketch(&sketch, convention, &mut buf), Ok(len));
@@ -36,9 +43,11 @@ fn round_trip<M: WireMapping, P: Store, N: Store>(bytes: &[u8], convention: Conv
             assert_eq!(bins(again.positive_store()), bins(sketch.positive_store()));
             assert_eq!(bins(again.negative_store()), bins(sketch.negative_store()));
         }
-        // A γ rebuilt from its own rounding may move the representative
-        // of a key at the very end of the range past the indexable limit.
-        Err(DecodeError::KeyOutOfRange(_)) => {}
+        // Go/Java bytes carry the mapping's own γ: the same mapping, the
+        // same key limits, so every key comes back. Python's carry the
+        // textbook γ of its α, a hair wider, whose buckets drift from the
+        // decoded ones: a key at an end of the range may then leave it.
+        Err(DecodeError::KeyOutOfRange(_)) if convention == Convention::Python => {}
         // Python's bytes carry (1+α)/(1−α) of the proven α: for an α within
         // a hair of 1 (γ in the hundreds of billions) that overshoots the
         // largest γ a mapping accepts. Known, and far from any real sketch.

@@ -589,10 +589,13 @@ impl Scan {
         if N::CAPACITY == 0 && self.negative.key_range(shift).is_some() {
             return Err(DecodeError::NegativeValues);
         }
+        // Keys between the limits all have an indexable value: checking
+        // each store's extremes checks every key.
+        let limits = key_limits(&mapping);
         for store in [&self.positive, &self.negative] {
             if let Some((lo, hi)) = store.key_range(shift) {
                 for key in [lo, hi] {
-                    check_key(&mapping, key)?;
+                    check_key(limits, key)?;
                 }
             }
         }
@@ -600,35 +603,60 @@ impl Scan {
     }
 }
 
-/// Whether `key` is an `i32` whose representative the mapping indexes.
-fn check_key<M: IndexMapping>(mapping: &M, key: i64) -> Result<i32, DecodeError> {
-    let k = i32::try_from(key).map_err(|_| DecodeError::KeyOutOfRange(key))?;
-    let v = mapping.value(k);
-    if v >= mapping.min_indexable_value() && v <= mapping.max_indexable_value() {
-        Ok(k)
+/// The lowest and highest key that a value of the mapping's indexable
+/// range can have: a payload's keys must lie between them.
+///
+/// Judging a key by its representative instead would refuse keys that the
+/// mapping itself gives to values near either end of the range, since a
+/// representative may lie just outside it. Keys are monotone only up to
+/// [`key_slack`](IndexMapping::key_slack) `s`: every `v` of the range has
+/// `index(min / (1 + s)) <= index(v) <= index(max · (1 + s))`, so the
+/// probes step that far past the ends (still normal floats, whose keys the
+/// log-like mappings compute as anywhere else). The keys of the ends
+/// themselves are always in, whatever a mapping answers past them.
+fn key_limits<M: IndexMapping>(mapping: &M) -> (i64, i64) {
+    let (min, max) = (mapping.min_indexable_value(), mapping.max_indexable_value());
+    let widen = 1.0 + mapping.key_slack();
+    let (mut low, mut high) = (mapping.index(min), mapping.index(max));
+    if widen > 1.0 {
+        low = low.min(mapping.index(min / widen));
+        high = high.max(mapping.index(max * widen));
+    }
+    (i64::from(low), i64::from(high))
+}
+
+/// Refuses `key` unless it lies within `limits`, those of
+/// [`key_limits`] (and so within `i32`).
+fn check_key(limits: (i64, i64), key: i64) -> Result<(), DecodeError> {
+    let (low, high) = limits;
+    if (low..=high).contains(&key) {
+        Ok(())
     } else {
         Err(DecodeError::KeyOutOfRange(key))
     }
 }
 
-/// A value that the mapping puts in bucket `key`: its representative
-/// `value(key)` (always, up to rounding at the ends of the range), else a
-/// value between the bucket's bounds.
+/// A value that the mapping puts in bucket `key`, within its indexable
+/// range so that adding it cannot fail: the representative `value(key)`
+/// (always, up to rounding, except at the ends of the range, where a bucket
+/// straddles a limit and the limit stands in), else a value between the
+/// bucket's bounds. Past the slack of [`key_limits`], where no indexable
+/// value has the key, the nearest limit: its bucket is the neighbour.
 fn representative<M: IndexMapping>(mapping: &M, key: i32) -> f64 {
-    let v = mapping.value(key);
+    let (min, max) = (mapping.min_indexable_value(), mapping.max_indexable_value());
+    // `max` then `min` rather than `clamp`, which panics on NaN; a NaN
+    // candidate becomes `min`.
+    let clamped = |c: f64| c.max(min).min(max);
+    let v = clamped(mapping.value(key));
     if mapping.index(v) == key {
         return v;
     }
     let low = mapping.lower_bound(key);
     let high = mapping.lower_bound(key.saturating_add(1));
-    [libm::sqrt(low * high), low.next_up(), low]
+    [libm::sqrt(low * high), low.next_up(), low, high.next_down()]
         .into_iter()
-        .find(|&c| {
-            // Within the indexable range, so that adding cannot fail.
-            c >= mapping.min_indexable_value()
-                && c <= mapping.max_indexable_value()
-                && mapping.index(c) == key
-        })
+        .map(clamped)
+        .find(|&c| mapping.index(c) == key)
         .unwrap_or(v)
 }
 
@@ -783,9 +811,24 @@ fn apply<M: IndexMapping, P: Store, N: Store>(
 ///   [`DecodeReport::overflow`]; the zero count is a `u64`: it holds up to
 ///   `2^64 − 1` and the rest is counted in [`DecodeReport::overflow`] too.
 ///   Counts above 2^53 are only as exact as the producer's doubles.
+/// * **Keys**: each must be one that the mapping gives to some value of its
+///   indexable range: between the keys of its
+///   [`min_indexable_value`](IndexMapping::min_indexable_value) and
+///   [`max_indexable_value`](IndexMapping::max_indexable_value), each end
+///   widened by its [`key_slack`](IndexMapping::key_slack)
+///   ([`KeyOutOfRange`](DecodeError::KeyOutOfRange) otherwise). So every
+///   sketch this crate encodes for [`Convention::GoJava`] decodes, even
+///   one holding the ends of the range, whose representatives
+///   ([`value`](IndexMapping::value)) may lie just outside it. Python
+///   bytes of this crate name a mapping a hair wider than the sketch's
+///   (see [`Convention`]), whose buckets drift from the sketch's: for the
+///   log-like mappings at small α (about 7·10⁻⁹/α of a bucket at the top
+///   of the range), a key at an end may fall past the decoded mapping's
+///   range and be refused.
 /// * **Capacity**: every bucket is added to the sketch with its weight, at
-///   its representative value, so a sketch too small for the input
-///   collapses exactly as adding the samples would: check
+///   its representative value (clamped into the indexable range, where
+///   a bucket at either end straddles its limit), so a sketch too small
+///   for the input collapses exactly as adding the samples would: check
 ///   [`DDSketch::collapse`]. Bucket counts are exact; the minimum, maximum
 ///   and sum, which the format does not carry, are those of the
 ///   representatives.
@@ -819,8 +862,9 @@ fn apply<M: IndexMapping, P: Store, N: Store>(
 ///
 /// # Errors
 /// A [`DecodeError`] for malformed or truncated bytes, a missing or
-/// foreign mapping, an invalid count, a key outside the mapping's range, or
-/// negative values for a sketch without a negative store.
+/// foreign mapping, an invalid count, a key that no indexable value has
+/// (see **Keys**), or negative values for a sketch without a negative
+/// store.
 pub fn decode_ddsketch<M: WireMapping, P: Store, N: Store>(
     bytes: &[u8],
     convention: Convention,

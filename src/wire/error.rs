@@ -44,8 +44,15 @@ pub enum DecodeError {
     },
     /// A bucket or zero count is negative, NaN or infinite.
     InvalidCount(f64),
-    /// A bucket key (after the producer convention's shift) is outside
-    /// `i32` or outside the mapping's indexable range.
+    /// A bucket key (after the producer convention's shift) that no value
+    /// of the decoded mapping's indexable range has: below the key of
+    /// [`min_indexable_value`](crate::IndexMapping::min_indexable_value) or
+    /// above that of
+    /// [`max_indexable_value`](crate::IndexMapping::max_indexable_value)
+    /// (each end widened by the mapping's
+    /// [`key_slack`](crate::IndexMapping::key_slack), so that no key the
+    /// mapping gives a value of that range is refused). Keys outside `i32`
+    /// are among them.
     KeyOutOfRange(i64),
     /// The bytes hold negative values and the sketch has no negative store.
     NegativeValues,
@@ -78,7 +85,7 @@ impl fmt::Display for DecodeError {
             Self::InvalidCount(c) => write!(f, "count {c} is negative, NaN or infinite"),
             Self::KeyOutOfRange(k) => write!(
                 f,
-                "bucket key {k} is outside the mapping's range; check the producer convention"
+                "bucket key {k} is beyond the keys of the mapping's indexable range; check the producer convention"
             ),
             Self::NegativeValues => f.write_str(
                 "the bytes hold negative values; decode into a SignedSketch",
