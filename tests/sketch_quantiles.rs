@@ -138,6 +138,126 @@ proptest! {
     }
 }
 
+/// What `quantile_with` promises, from the buckets: the bucket at the rank
+/// among both sketches' buckets counted together as they stand (a union
+/// wider than a store is not collapsed further), clamped into the union's
+/// `[min, max]`.
+fn union_quantile<M: IndexMapping, S: Store>(
+    x: &SignedSketch<M, S>,
+    y: &SignedSketch<M, S>,
+    q: f64,
+) -> Option<f64> {
+    let m = x.mapping();
+    let mut buckets: Vec<(f64, u64)> = Vec::new();
+    for s in [x, y] {
+        let neg = s.negative_store().bins().map(|(k, c)| (-m.value(k), c));
+        let pos = s.positive_store().bins().map(|(k, c)| (m.value(k), c));
+        buckets.extend(neg.chain(pos).map(|(v, c)| (v, u64::from(c))));
+        buckets.push((0.0, s.zero_count()));
+    }
+    buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let n: u64 = buckets.iter().map(|b| b.1).sum();
+    let min = [x.min(), y.min()].into_iter().flatten().reduce(f64::min)?;
+    let max = [x.max(), y.max()].into_iter().flatten().reduce(f64::max)?;
+    let rank = ((q * (n - 1) as f64) as u64).min(n - 1);
+    let mut seen = 0;
+    let (v, _) = buckets.into_iter().find(|b| {
+        seen += b.1;
+        seen > rank
+    })?;
+    Some(if v < min {
+        min
+    } else if v > max {
+        max
+    } else {
+        v
+    })
+}
+
+/// Whether two stores' ranges fit one store: merging them then collapses
+/// nothing more, and the union of their buckets is the merge.
+fn fits<S: Store>(a: &S, b: &S) -> bool {
+    match (a.key_range(), b.key_range()) {
+        (Some(a), Some(b)) => {
+            let width = i64::from(a.1.max(b.1)) - i64::from(a.0.min(b.0));
+            width < S::CAPACITY as i64
+        }
+        _ => true,
+    }
+}
+
+fn union_as_promised<M: IndexMapping, S: Store>(
+    m: M,
+    a: &[f64],
+    b: &[f64],
+    qs: &[f64],
+) -> Result<(), TestCaseError> {
+    let mut x: SignedSketch<M, S> = SignedSketch::with_mapping(m);
+    let mut y: SignedSketch<M, S> = SignedSketch::with_mapping(m);
+    a.iter().for_each(|&v| x.add(v).unwrap());
+    b.iter().for_each(|&v| y.add(v).unwrap());
+    let mut merged = x.clone();
+    merged.merge(&y).unwrap();
+    let same = fits(x.positive_store(), y.positive_store())
+        && fits(x.negative_store(), y.negative_store());
+    for &q in qs {
+        let got = x.quantile_with(&y, q).unwrap();
+        let bits = |v: Option<f64>| v.map(f64::to_bits);
+        prop_assert_eq!(bits(got), bits(union_quantile(&x, &y, q)), "q = {}", q);
+        prop_assert_eq!(
+            bits(got),
+            bits(y.quantile_with(&x, q).unwrap()),
+            "q = {}",
+            q
+        );
+        if same {
+            prop_assert_eq!(bits(got), bits(merged.quantile(q).unwrap()), "q = {}", q);
+        }
+    }
+    Ok(())
+}
+
+/// The fine mapping of the union test: its indexable values lie about
+/// 10⁹ keys apart.
+fn fine() -> LogarithmicMapping {
+    LogarithmicMapping::new(1e-7).unwrap()
+}
+
+/// Values over many decades, or at the ends of what [`fine`] indexes: two
+/// sketches' ranges are often far apart and wider than a store together.
+fn spread() -> impl Strategy<Value = f64> {
+    let (lo, hi) = (fine().min_indexable_value(), fine().max_indexable_value());
+    prop_oneof![
+        6 => value(),
+        1 => prop_oneof![Just(lo), Just(hi), Just(-lo), Just(-hi)],
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(cases(256)))]
+
+    /// `quantile_with` answers from both sketches' buckets counted
+    /// together, the quantile of their merge whenever the merge collapses
+    /// nothing more; in either order, for both store kinds, with ranges
+    /// far apart (a walk over the keys between would take seconds).
+    #[test]
+    fn quantile_with_is_the_quantile_of_the_union(
+        a in prop::collection::vec(spread(), 0..len(60)),
+        b in prop::collection::vec(spread(), 0..len(60)),
+        c in prop::collection::vec(value(), 0..len(200)),
+        d in prop::collection::vec(value(), 0..len(200)),
+        qs in prop::array::uniform5(q()),
+    ) {
+        union_as_promised::<_, CollapsingLowestStore<32>>(fine(), &a, &b, &qs)?;
+        union_as_promised::<_, CollapsingHighestStore<32>>(fine(), &a, &b, &qs)?;
+        let coarse = CubicMapping::new(0.02).unwrap();
+        union_as_promised::<_, CollapsingLowestStore<64>>(coarse, &c, &d, &qs)?;
+        union_as_promised::<_, CollapsingHighestStore<64>>(coarse, &c, &d, &qs)?;
+        // Close together: the union usually fits, and is the merge.
+        union_as_promised::<_, CollapsingLowestStore<1024>>(coarse, &c, &d, &qs)?;
+    }
+}
+
 #[test]
 fn empty_array_of_qs() {
     let mut s = DDSketch::new(0.01).unwrap();

@@ -10,6 +10,8 @@
 //! holds. After every operation, bins, totals, saturation, the collapse
 //! report, ranks and counts must match the model, for a capacity that is a
 //! power of two (the slot is a mask) and one that is not (a remainder).
+//! Before each merge, the union walk of the two stores must find every
+//! bucket of both, counted together, at its ranks.
 #![no_main]
 
 use arbitrary::Arbitrary;
@@ -117,6 +119,27 @@ impl<const N: usize, S: CollapseSide> Case<N, S> {
     }
 }
 
+/// The union walk a rotating window does, before merging, against the two
+/// stores' buckets counted together as they stand (not collapsed further):
+/// the first and last rank of every bucket, from both stores' side. Keys at
+/// both ends of `i32` put billions of empty keys between the two ranges,
+/// which the walk must step over.
+fn union_walk<const N: usize, S: CollapseSide>(a: &CollapsingStore<N, S>, b: &CollapsingStore<N, S>) {
+    let mut union: BTreeMap<i32, u64> = BTreeMap::new();
+    for (k, c) in a.bins().chain(b.bins()) {
+        *union.entry(k).or_default() += u64::from(c);
+    }
+    let mut below = 0u64;
+    for (&k, &c) in &union {
+        for rank in [below, below + c - 1] {
+            assert_eq!(a.key_at_rank_with(b, rank), Some(k), "rank {rank}");
+            assert_eq!(b.key_at_rank_with(a, rank), Some(k), "rank {rank}");
+        }
+        below += c;
+    }
+    assert_eq!(a.key_at_rank_with(b, below), None);
+}
+
 fn run<const N: usize, S: CollapseSide>(ops: &[Op]) {
     let mut case = Case::<N, S> { store: CollapsingStore::new() };
     let mut keys: BTreeMap<i32, u64> = BTreeMap::new();
@@ -144,6 +167,7 @@ fn run<const N: usize, S: CollapseSide>(ops: &[Op]) {
                         *keys.entry(k).or_default() += u64::from(c);
                     }
                 }
+                union_walk(&case.store, &other);
                 case.store.merge(&other);
             }
             Op::Clear => {

@@ -1,6 +1,6 @@
 //! The collapsing store: `N` counters as a ring over the occupied keys.
 
-use super::{Store, StoreCollapse, MAX_CAPACITY};
+use super::{probe, Store, StoreCollapse, MAX_CAPACITY};
 use core::cmp::{max, min};
 use core::fmt;
 use core::marker::PhantomData;
@@ -415,7 +415,7 @@ impl<const N: usize, S: CollapseSide> CollapsingStore<N, S> {
             return None;
         }
         // Walk the union's slots when it fits `N` keys (slots line up);
-        // otherwise the generic walk, a key at a time.
+        // otherwise each part of it on its own.
         let union = match (self.key_range_impl(), other.key_range_impl()) {
             (Some(a), Some(b)) => (min(a.0, b.0), max(a.1, b.1)),
             (Some(a), None) | (None, Some(a)) => a,
@@ -424,7 +424,7 @@ impl<const N: usize, S: CollapseSide> CollapsingStore<N, S> {
         // `i32` keys in `i64`: no saturation.
         let width = i64::from(union.1).saturating_sub(i64::from(union.0));
         if width >= Self::SPAN {
-            return super::walk_keys(self, other, rank, union.0, union.1);
+            return self.key_at_rank_apart(other, rank);
         }
         let both = Pair(&self.counts, &other.counts);
         // `width < N`, so the span fits `u32`.
@@ -439,6 +439,57 @@ impl<const N: usize, S: CollapseSide> CollapsingStore<N, S> {
         Some(union.0.wrapping_add(at as i32))
     }
 
+    /// [`key_at_rank_with_impl`](Self::key_at_rank_with_impl) when the
+    /// two ranges together span more than `N` keys (`rank` below the two
+    /// totals): slots no longer line up across the union, so it is read in
+    /// three parts, each within the occupied ranges. The keys below the
+    /// higher range are the lower store's alone, those above the lower
+    /// range the higher store's alone, and those between are in both
+    /// ranges, where slots line up. The empty keys between two ranges far
+    /// apart are never visited: a few passes over `2 N` counters at most.
+    fn key_at_rank_apart(&self, other: &Self, rank: u64) -> Option<i32> {
+        let (lo, hi) = if self.low <= other.low {
+            (self, other)
+        } else {
+            (other, self)
+        };
+        if lo.span == 0 || hi.span == 0 {
+            return None;
+        }
+        // Neither range holds the other (the union would then be one of
+        // them, at most `N` keys): `lo.low < hi.low`, so `hi.low − 1` does
+        // not wrap, and `lo.high() < hi.high()`.
+        let below = lo.count_at_or_below_impl(hi.low.wrapping_sub(1));
+        if rank < below {
+            return lo.key_at_rank_impl(rank);
+        }
+        let lo_high = lo.high();
+        // `hi`'s samples at keys `lo`'s range also holds.
+        let hi_shared = hi.count_at_or_below_impl(lo_high);
+        // `below <= lo.total`.
+        let shared = lo.total.wrapping_sub(below).saturating_add(hi_shared);
+        // `rank >= below`.
+        let rank = rank.wrapping_sub(below);
+        if rank >= shared {
+            // Past every sample of `lo` (the ranks `below + shared −
+            // hi_shared`), into `hi`'s own keys.
+            return hi.key_at_rank_impl(rank.wrapping_sub(shared).wrapping_add(hi_shared));
+        }
+        // `shared > 0`, so the keys `hi.low ..= lo_high` exist; they lie in
+        // `lo`'s range, at most `N` of them.
+        let span = lo_high.wrapping_sub(hi.low).wrapping_add(1) as u32;
+        let runs = Self::runs_of(hi.low, span);
+        let both = Pair(&lo.counts, &hi.counts);
+        let narrow = shared <= u64::from(u32::MAX);
+        let at = if rank < shared / 2 {
+            walk_up(&both, &runs, rank, narrow)
+        } else {
+            walk_down(&both, &runs, shared.wrapping_sub(rank), narrow)
+        }?;
+        // `at < span`: inside `lo`'s range.
+        Some(hi.low.wrapping_add(at as i32))
+    }
+
     fn count_at_or_below_impl(&self, key: i32) -> u64 {
         if self.span == 0 || key < self.low {
             return 0;
@@ -449,6 +500,7 @@ impl<const N: usize, S: CollapseSide> CollapsingStore<N, S> {
         let mut sum = 0u64;
         for run in self.runs() {
             let take = min(left, run.len());
+            probe::read(take);
             let counts = self.counts.get(run.start..run.start.wrapping_add(take));
             sum = sum.wrapping_add(counts.map_or(0, |c| c.iter().map(|&c| u64::from(c)).sum()));
             left = left.wrapping_sub(take);
@@ -458,6 +510,7 @@ impl<const N: usize, S: CollapseSide> CollapsingStore<N, S> {
 
     fn bins_impl(&self) -> impl DoubleEndedIterator<Item = (i32, u32)> + '_ {
         (0..self.span as usize).filter_map(move |i| {
+            probe::read(1);
             let key = self.key_at(i);
             let count = self.counts.get(Self::slot(key)).copied().unwrap_or(0);
             (count != 0).then_some((key, count))
@@ -479,11 +532,13 @@ trait Counters {
 impl<const N: usize> Counters for [u32; N] {
     #[inline(always)]
     fn at(&self, slot: usize) -> u64 {
+        probe::read(1);
         self.get(slot).map_or(0, |&c| u64::from(c))
     }
 
     #[inline(always)]
     fn sum<const W: usize>(&self, slot: usize, narrow: bool) -> u64 {
+        probe::read(W);
         // A fixed-size array, so the sum unrolls into a few vector adds.
         let Some(c) = self
             .get(slot..slot.saturating_add(W))
@@ -734,5 +789,56 @@ impl<const N: usize, S: CollapseSide> Store for CollapsingStore<N, S> {
         self.total = 0;
         self.saturated = 0;
         self.collapsed = 0;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{probe, CollapsingHighestStore, CollapsingLowestStore, Store};
+
+    /// Asks the union walk of `a` and `b` for every rank: each answer must
+    /// be a key and cost a few passes over the two stores' counters at
+    /// most, whatever the keys between their ranges.
+    fn walks_occupied<S: Store>(a: &S, b: &S) {
+        let total = a.total().saturating_add(b.total());
+        let budget = 8 * S::CAPACITY as u64;
+        for rank in 0..total {
+            probe::take();
+            let key = a.key_at_rank_with(b, rank);
+            let reads = probe::take();
+            assert!(key.is_some(), "rank {rank}");
+            assert!(reads <= budget, "rank {rank}: {reads} counters read");
+        }
+    }
+
+    fn stores<S: Store>(keys: &[(i32, u32)]) -> S {
+        let mut s = S::default();
+        keys.iter().for_each(|&(k, c)| s.add(k, c));
+        s
+    }
+
+    fn both_sides<S: Store>() {
+        // Ten million empty keys between the two stores' ranges, and most
+        // samples in the lower one: walks from either end cross the gap.
+        let near = stores::<S>(&[(0, 1), (10, 4)]);
+        let far = stores::<S>(&[(10_000_000, 1), (10_000_040, 1)]);
+        walks_occupied(&near, &far);
+        walks_occupied(&far, &near);
+        // Overlapping ranges whose union is wider than the capacity (64).
+        let low = stores::<S>(&[(0, 1), (5, 2), (40, 1), (50, 4)]);
+        let high = stores::<S>(&[(40, 2), (45, 1), (50, 1), (100, 3)]);
+        walks_occupied(&low, &high);
+        walks_occupied(&high, &low);
+        // The extreme keys.
+        let bottom = stores::<S>(&[(i32::MIN, 2), (i32::MIN + 3, 3)]);
+        let top = stores::<S>(&[(i32::MAX, 1), (0, 1)]);
+        walks_occupied(&bottom, &top);
+        walks_occupied(&top, &bottom);
+    }
+
+    #[test]
+    fn the_union_walk_reads_occupied_buckets_not_the_keys_between() {
+        both_sides::<CollapsingLowestStore<64>>();
+        both_sides::<CollapsingHighestStore<64>>();
     }
 }
