@@ -264,6 +264,9 @@ impl<const N: usize, S: CollapseSide> CollapsingStore<N, S> {
             min(self.collapsed, at.map_or(0, |&c| u64::from(c)))
         };
         let mut moved = 0u64;
+        probe::read(
+            usize::try_from(keys.end.saturating_sub(keys.start).max(0)).unwrap_or(usize::MAX),
+        );
         for key in keys {
             if let Some(c) = self.counts.get_mut(Self::slot(key as i32)) {
                 moved = moved.wrapping_add(u64::from(*c));

@@ -739,39 +739,69 @@ fn apply<M: IndexMapping, P: Store, N: Store>(
 ) -> Result<DecodeReport, DecodeError> {
     let shift = convention.key_shift();
     let mut report = DecodeReport::default();
-    // Positions within each store's concatenated contiguous counts.
-    let mut positions = [0u64; 2];
-    walk(bytes, &mut |event| {
-        match event {
-            Event::Contiguous { negative, count } => {
-                let store = if negative {
-                    &scan.negative
-                } else {
-                    &scan.positive
-                };
-                let slot = positions.get_mut(usize::from(negative));
-                let at = slot.map_or(0, |p| {
-                    let at = *p;
-                    *p = p.saturating_add(1);
-                    at
-                });
-                let key = i64::from(store.offset)
-                    .saturating_add(shift)
-                    .saturating_add(i64::try_from(at).unwrap_or(i64::MAX));
+    // A store whose keys span more than it holds collapses as they are
+    // added. In the payload's order, a key past its range each time (sparse
+    // keys climbing by a store's capacity, as a hostile payload may have)
+    // would fold the whole store each time: entries × capacity. So such a
+    // store's two end keys go first, in a pass of their own; every other
+    // key then lands inside its range or folds into its edge at once. The
+    // buckets come out the same in any order.
+    let collapsing = |store: &StoreScan, capacity: usize| {
+        store.key_range(shift).filter(|&(lo, hi)| {
+            usize::try_from(hi.saturating_sub(lo)).map_or(true, |span| span >= capacity)
+        })
+    };
+    let ends = [
+        collapsing(&scan.positive, P::CAPACITY),
+        collapsing(&scan.negative, N::CAPACITY),
+    ];
+    let is_end = |negative: bool, key: i64| {
+        ends.get(usize::from(negative))
+            .copied()
+            .flatten()
+            .is_some_and(|(lo, hi)| key == lo || key == hi)
+    };
+    // `Some(true)`: the end keys only; `Some(false)`: the others.
+    let passes: &[Option<bool>] = if ends.iter().any(Option::is_some) {
+        &[Some(true), Some(false)]
+    } else {
+        &[None]
+    };
+    for &ends_only in passes {
+        // Positions within each store's concatenated contiguous counts.
+        let mut positions = [0u64; 2];
+        walk(bytes, &mut |event| {
+            let (negative, key, count) = match event {
+                Event::Contiguous { negative, count } => {
+                    let store = if negative {
+                        &scan.negative
+                    } else {
+                        &scan.positive
+                    };
+                    let slot = positions.get_mut(usize::from(negative));
+                    let at = slot.map_or(0, |p| {
+                        let at = *p;
+                        *p = p.saturating_add(1);
+                        at
+                    });
+                    let key = i64::from(store.offset)
+                        .saturating_add(shift)
+                        .saturating_add(i64::try_from(at).unwrap_or(i64::MAX));
+                    (negative, key, count)
+                }
+                Event::Sparse {
+                    negative,
+                    key,
+                    count,
+                } => (negative, i64::from(key).saturating_add(shift), count),
+                _ => return Ok(()),
+            };
+            if ends_only.is_none_or(|only| only == is_end(negative, key)) {
                 add_bucket(sketch, negative, key, count, &mut report)?;
             }
-            Event::Sparse {
-                negative,
-                key,
-                count,
-            } => {
-                let key = i64::from(key).saturating_add(shift);
-                add_bucket(sketch, negative, key, count, &mut report)?;
-            }
-            _ => {}
-        }
-        Ok(())
-    })?;
+            Ok(())
+        })?;
+    }
     if let Some(n) = rounded(scan.zero_count)? {
         if n != scan.zero_count {
             report.rounded = report.rounded.saturating_add(1);
@@ -833,7 +863,11 @@ fn apply<M: IndexMapping, P: Store, N: Store>(
 ///   and sum, which the format does not carry, are those of the
 ///   representatives.
 ///
-/// Costs two passes over the input and one add per non-empty bucket; no
+/// Costs two passes over the input and one add per non-empty bucket (a
+/// third pass when a store's keys span more than it holds: its two end
+/// keys are added first, so that the others fold into its edge at once,
+/// in whatever order they come; the buckets are the same in any order,
+/// the sum of the representatives may differ in its last bits); no
 /// allocation.
 ///
 /// ```
@@ -928,4 +962,78 @@ pub fn decode_ddsketch_into<M: WireMapping, P: Store, N: Store>(
         return Err(DecodeError::MappingMismatch);
     }
     apply(sketch, bytes, &scan, convention)
+}
+
+#[cfg(test)]
+mod tests {
+    extern crate std;
+
+    use super::*;
+    use crate::mapping::LogarithmicMapping;
+    use crate::store::{probe, CollapsingHighestStore, CollapsingLowestStore};
+    use std::vec::Vec;
+
+    struct Bytes(Vec<u8>);
+
+    impl Sink for Bytes {
+        fn put(&mut self, bytes: &[u8]) {
+            self.0.extend_from_slice(bytes);
+        }
+    }
+
+    /// A message of `mapping` (from an encoded sketch holding one sample
+    /// at key `keys[0]`) whose positive store then lists `keys`, one
+    /// sample each, as sparse entries in that order (repeated messages
+    /// merge).
+    fn sparse<P: Store>(mapping: LogarithmicMapping, keys: &[i32]) -> Vec<u8> {
+        let mut one: DDSketch<LogarithmicMapping, P> = DDSketch::with_mapping(mapping);
+        let first = keys.first().copied().unwrap_or(0);
+        one.add(mapping.value(first)).unwrap();
+        let mut out = std::vec![0u8; 256];
+        let n = encode_ddsketch(&one, Convention::GoJava, &mut out).unwrap();
+        out.truncate(n);
+        let mut store = Bytes(Vec::new());
+        for &key in keys.iter().skip(1) {
+            let mut entry = Bytes(Vec::new());
+            entry.varint_field(ENTRY_KEY, zigzag32(key));
+            entry.double(ENTRY_VALUE, 1.0);
+            store.bytes_field(STORE_BIN_COUNTS, &entry.0);
+        }
+        let mut message = Bytes(out);
+        message.bytes_field(SKETCH_POSITIVE, &store.0);
+        message.0
+    }
+
+    /// Sparse keys climbing (or falling) by more than the store holds,
+    /// each past the range of the ones before: decoding folds each at once
+    /// (the counters read stay within a few passes over the store, not one
+    /// a key), and the buckets are those the keys give in their own order.
+    fn climbing_keys_cost_a_pass_each<P: Store>(step: i32) {
+        let mapping = LogarithmicMapping::new(1e-4).unwrap();
+        let start = if step > 0 { -1_000_000 } else { 1_000_000 };
+        let keys: Vec<i32> = (0..2_000).map(|i| start + i * step).collect();
+        let bytes = sparse::<P>(mapping, &keys);
+        probe::take();
+        let (sketch, _): (DDSketch<LogarithmicMapping, P>, _) =
+            decode_ddsketch(&bytes, Convention::GoJava).unwrap();
+        let reads = probe::take();
+        let bound = 4 * (keys.len() + P::CAPACITY) as u64;
+        assert!(reads <= bound, "{reads} counters read (bound {bound})");
+        let mut expected = P::default();
+        for &key in &keys {
+            expected.add(key, 1);
+        }
+        let bins = |s: &P| s.bins().collect::<Vec<_>>();
+        assert_eq!(bins(sketch.positive_store()), bins(&expected));
+        assert_eq!(sketch.count(), keys.len() as u64);
+    }
+
+    #[test]
+    fn climbing_sparse_keys_do_not_fold_the_store_each() {
+        climbing_keys_cost_a_pass_each::<CollapsingLowestStore<1024>>(1_100);
+        climbing_keys_cost_a_pass_each::<CollapsingHighestStore<1024>>(-1_100);
+        // And against the grain: every key folds into the edge at once.
+        climbing_keys_cost_a_pass_each::<CollapsingLowestStore<1024>>(-1_100);
+        climbing_keys_cost_a_pass_each::<CollapsingHighestStore<1024>>(1_100);
+    }
 }
