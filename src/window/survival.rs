@@ -220,19 +220,10 @@ impl<M: IndexMapping, S: Store> Side for DDSketch<M, S, NoStore> {
     /// the one walk.
     #[cfg(target_pointer_width = "64")]
     fn union_at_rank(&self, other: &Self, rank: u64) -> Option<Answer> {
-        // When the two halves' keys are close (always, but for samples
-        // decades apart), the store's own union walk is the fastest way
-        // to the empirical quantile.
+        // The store's own union walk is the fastest way to the empirical
+        // quantile, and costs the occupied buckets however far apart the
+        // two halves' keys lie.
         let (a, b) = (self.positive_store(), other.positive_store());
-        let span = match (a.key_range(), b.key_range()) {
-            (Some((la, ha)), Some((lb, hb))) => {
-                i64::from(ha.max(hb)).wrapping_sub(i64::from(la.min(lb)))
-            }
-            _ => 0,
-        };
-        if !usize::try_from(span).is_ok_and(|s| s <= S::CAPACITY.saturating_mul(4)) {
-            return None;
-        }
         let zeros = self.zero_count().saturating_add(other.zero_count());
         Some(match rank.checked_sub(zeros) {
             None => Answer::Zero,
