@@ -971,3 +971,41 @@ fn a_commit_from_a_failed_attempt_is_unknown_racing_or_finished() {
         CommitOutcome::Unknown
     );
 }
+
+/// A failed hedge's place counts as one of `max_retries` replacements only
+/// if an attempt takes it: refused by the budget, it is given back, and
+/// the primary's retryable failure then gets its retry. Taken, it counts:
+/// the same failure of the primary then gives the request up.
+#[test]
+fn a_freed_place_no_attempt_takes_is_no_replacement() {
+    for tokens in [1u64, 2] {
+        // A 10 % share: ten requests earn a token.
+        let budget = Budget::Ratio(RatioBudget::fixed_cap(1_000, 10).unwrap());
+        let config = HedgeConfig::DEFAULT
+            .prior_delay_ns(10 * MS)
+            .max_retries(1)
+            .max_hedges(2);
+        let mut h: Hedger<(), Budget> = Hedger::with_budget(config, budget).unwrap();
+        for i in 0..10 * tokens {
+            let mut r = h.start((), i, Idempotency::NotIdempotent);
+            let _ = h.on_commit(&mut r, Attempt::PRIMARY, 1_000 + i);
+        }
+        let mut r = h.start((), MS, IDEMPOTENT);
+        assert_eq!(
+            h.on_timer(&mut r, 11 * MS),
+            TimerAction::SendHedge(Attempt(1))
+        );
+        let failed = h.on_failure(&mut r, Attempt(1), 12 * MS, Failure::Retryable);
+        if tokens == 1 {
+            // The replacement is refused, and hedging on the timer ends.
+            assert_eq!((failed, r.next_timer()), (FailureOutcome::Continue, None));
+            let retried = h.on_failure(&mut r, Attempt::PRIMARY, 13 * MS, Failure::Retryable);
+            assert_eq!(retried, FailureOutcome::SendNow(Attempt(2)));
+        } else {
+            assert_eq!(failed, FailureOutcome::SendNow(Attempt(2)));
+            let _ = h.on_failure(&mut r, Attempt(2), 13 * MS, Failure::Retryable);
+            let last = h.on_failure(&mut r, Attempt::PRIMARY, 14 * MS, Failure::Retryable);
+            assert!(matches!(last, FailureOutcome::GiveUp { .. }), "{last:?}");
+        }
+    }
+}

@@ -62,7 +62,8 @@ pub struct HedgeConfig {
     /// Hedges per request: extra attempts raced against the ones in
     /// flight, each one delay after the previous, each paying the budget.
     /// A hedge that fails (retryable) frees its place for another, as one
-    /// of the request's `max_retries` replacements. Default 1, at most
+    /// of the request's `max_retries` replacements (given back if no hedge
+    /// takes the place: the budget refuses it, say). Default 1, at most
     /// [`MAX_HEDGES`]; 0 disables hedging (requests are still measured).
     pub max_hedges: u8,
     /// Failed attempts a request replaces: when an attempt fails with

@@ -167,10 +167,18 @@ pub(crate) fn on_timer<K: Copy + PartialEq, C: Core<K>>(
             TimerAction::Skip(NoHedge::InFlightLimit)
         }
         Err(reason) => {
-            request.next_hedge_at = None;
+            end_timer_hedging(request);
             TimerAction::Skip(reason)
         }
     }
+}
+
+/// No further hedge goes out on the timer: the places of failed hedges no
+/// hedge took were no replacement after all.
+fn end_timer_hedging<K>(request: &mut Request<K>) {
+    request.next_hedge_at = None;
+    request.replaced = request.replaced.saturating_sub(request.freed);
+    request.freed = 0;
 }
 
 /// Sends the next attempt of `request` at `now`, as a hedge (raced
@@ -226,6 +234,8 @@ fn send_next<K: Copy + PartialEq, C: Core<K>>(
     match kind {
         Extra::Hedge => {
             request.hedges = request.hedges.saturating_add(1);
+            // In the place of a failed one, if any is free.
+            request.freed = request.freed.saturating_sub(1);
             request.hedge_attempts = request.hedge_attempts.with(attempt);
             request.leased = request.leased.with(attempt);
             core.bump(Stat::HedgesSent);
@@ -458,6 +468,7 @@ pub(crate) fn on_failure<K: Copy + PartialEq, C: Core<K>>(
     if freed {
         request.hedges = request.hedges.saturating_sub(1);
         request.replaced = request.replaced.saturating_add(1);
+        request.freed = request.freed.saturating_add(1);
     }
     let kind = if racing { Extra::Hedge } else { Extra::Retry };
     // Only where a retry would go out (an idempotent request with an
@@ -479,6 +490,7 @@ pub(crate) fn on_failure<K: Copy + PartialEq, C: Core<K>>(
     if sent.is_ok() && kind == Extra::Retry && was_hedge && request.replaced < max_retries {
         request.hedges = request.hedges.saturating_sub(1);
         request.replaced = request.replaced.saturating_add(1);
+        request.freed = request.freed.saturating_add(1);
         request.next_hedge_at = request.delay_ns().map(|d| now.saturating_add(d));
     }
     match sent {
@@ -487,7 +499,7 @@ pub(crate) fn on_failure<K: Copy + PartialEq, C: Core<K>>(
             // As on the timer: a denial ends hedging for the request, a
             // full in-flight cap is looked at again one delay later.
             match reason {
-                NoHedge::BudgetDenied => request.next_hedge_at = None,
+                NoHedge::BudgetDenied => end_timer_hedging(request),
                 NoHedge::InFlightLimit => {
                     let delay = request.delay_ns().unwrap_or(0).max(1);
                     let again = now.saturating_add(delay);

@@ -309,6 +309,9 @@ pub struct Request<K> {
     /// Failed attempts replaced (by a retry, or by a hedge in the place
     /// of a failed one): what counts against `max_retries`.
     pub(crate) replaced: u8,
+    /// Places of failed hedges counted in `replaced` that no hedge has
+    /// taken yet: given back if hedging on the timer ends first.
+    pub(crate) freed: u8,
     /// Hedges counted in the hedger's in-flight slots, not yet released.
     pub(crate) leased: AttemptSet,
 }
@@ -331,6 +334,7 @@ impl<K: Copy> Request<K> {
             hedge_attempts: AttemptSet::EMPTY,
             retries: 0,
             replaced: 0,
+            freed: 0,
             leased: AttemptSet::EMPTY,
         }
     }
