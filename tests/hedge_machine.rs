@@ -120,7 +120,7 @@ fn not_idempotent_and_disabled_never_hedge() {
     assert_eq!(r.next_timer(), None);
     assert_eq!(
         h.on_timer(&mut r, 100 * SEC),
-        TimerAction::Skip(NoHedge::AttemptsExhausted)
+        TimerAction::Skip(NoHedge::NotIdempotent)
     );
     assert_eq!(h.stats().not_idempotent, 1);
     // Nor retried: a retryable failure of its only attempt gives it up.
@@ -1008,4 +1008,53 @@ fn a_freed_place_no_attempt_takes_is_no_replacement() {
             assert!(matches!(last, FailureOutcome::GiveUp { .. }), "{last:?}");
         }
     }
+}
+
+/// A timer call when no hedge is due says why none is: the plan's reason
+/// for a request that never hedges, what ended hedging for one that did
+/// (a budget denial, every hedge sent), as often as it is asked.
+#[test]
+fn a_timer_with_no_hedge_due_says_why() {
+    let stray = |config: HedgeConfig, idempotency: Idempotency| {
+        let mut h = hedger(config);
+        let mut r = h.start((), 0, idempotency);
+        assert_eq!(r.next_timer(), None);
+        let reason = match r.plan() {
+            Plan::NoHedge(reason) => reason,
+            plan => panic!("{plan:?}"),
+        };
+        assert_eq!(h.on_timer(&mut r, 10 * MS), TimerAction::Skip(reason));
+        reason
+    };
+    let prior = HedgeConfig::DEFAULT.prior_delay_ns(5 * MS);
+    assert_eq!(
+        stray(prior, Idempotency::NotIdempotent),
+        NoHedge::NotIdempotent
+    );
+    assert_eq!(stray(HedgeConfig::DEFAULT, IDEMPOTENT), NoHedge::ColdStart);
+    assert_eq!(stray(prior.max_hedges(0), IDEMPOTENT), NoHedge::Disabled);
+
+    // Denied: the next calls say so too.
+    let mut h: Hedger<(), Budget> =
+        Hedger::with_budget(prior.max_hedges(3), Budget::Never).unwrap();
+    let mut r = h.start((), 0, IDEMPOTENT);
+    for at in [5, 10, 20] {
+        assert_eq!(
+            h.on_timer(&mut r, at * MS),
+            TimerAction::Skip(NoHedge::BudgetDenied),
+            "at {at} ms"
+        );
+    }
+    assert_eq!(r.attempts_sent(), 1);
+    // Every hedge sent.
+    let mut h = hedger(prior);
+    let mut r = h.start((), 0, IDEMPOTENT);
+    assert_eq!(
+        h.on_timer(&mut r, 5 * MS),
+        TimerAction::SendHedge(Attempt(1))
+    );
+    assert_eq!(
+        h.on_timer(&mut r, 20 * MS),
+        TimerAction::Skip(NoHedge::AttemptsExhausted)
+    );
 }

@@ -148,9 +148,11 @@ pub(crate) fn on_timer<K: Copy + PartialEq, C: Core<K>>(
         return TimerAction::GiveUp { cancel };
     }
     let Some(due) = request.next_hedge_at else {
-        return match request.give_up_at {
-            Some(until) => TimerAction::Wait { until },
-            None => TimerAction::Skip(NoHedge::AttemptsExhausted),
+        return match (request.give_up_at, request.plan) {
+            (Some(until), _) => TimerAction::Wait { until },
+            // No timer was due: why there is none.
+            (None, Plan::NoHedge(reason)) => TimerAction::Skip(reason),
+            (None, Plan::Hedge { .. }) => TimerAction::Skip(request.ended),
         };
     };
     if now < due {
@@ -167,16 +169,17 @@ pub(crate) fn on_timer<K: Copy + PartialEq, C: Core<K>>(
             TimerAction::Skip(NoHedge::InFlightLimit)
         }
         Err(reason) => {
-            end_timer_hedging(request);
+            end_timer_hedging(request, reason);
             TimerAction::Skip(reason)
         }
     }
 }
 
-/// No further hedge goes out on the timer: the places of failed hedges no
-/// hedge took were no replacement after all.
-fn end_timer_hedging<K>(request: &mut Request<K>) {
+/// No further hedge goes out on the timer, for `reason`: the places of
+/// failed hedges no hedge took were no replacement after all.
+fn end_timer_hedging<K>(request: &mut Request<K>, reason: NoHedge) {
     request.next_hedge_at = None;
+    request.ended = reason;
     request.replaced = request.replaced.saturating_sub(request.freed);
     request.freed = 0;
 }
@@ -247,7 +250,10 @@ fn send_next<K: Copy + PartialEq, C: Core<K>>(
     }
     request.next_hedge_at = match request.delay_ns() {
         Some(d) if request.hedges < max_hedges => Some(now.saturating_add(d)),
-        _ => None,
+        _ => {
+            request.ended = NoHedge::AttemptsExhausted;
+            None
+        }
     };
     Ok(attempt)
 }
@@ -499,7 +505,7 @@ pub(crate) fn on_failure<K: Copy + PartialEq, C: Core<K>>(
             // As on the timer: a denial ends hedging for the request, a
             // full in-flight cap is looked at again one delay later.
             match reason {
-                NoHedge::BudgetDenied => end_timer_hedging(request),
+                NoHedge::BudgetDenied => end_timer_hedging(request, reason),
                 NoHedge::InFlightLimit => {
                     let delay = request.delay_ns().unwrap_or(0).max(1);
                     let again = now.saturating_add(delay);

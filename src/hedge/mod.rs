@@ -209,8 +209,10 @@
 //!   before the hedge is due (early wake-up, clock went backwards) → wait;
 //!   otherwise attempts, in-flight cap and budget are checked, in that
 //!   order, and the next hedge is sent and the one after scheduled one
-//!   delay later. A budget denial ends hedging on the timer for that
-//!   request.
+//!   delay later. A budget denial ends hedging on the timer for the
+//!   attempts racing then (a retry, a fresh race, is hedged again); a
+//!   timer call when no hedge is due says why none is (the plan's reason,
+//!   or what ended hedging).
 //! * `on_commit` while `Racing` → `Won`, samples recorded, the rest
 //!   cancelled; after `Won`/`GaveUp` → [`CommitOutcome::Late`]; for an
 //!   attempt never sent or already failed → [`CommitOutcome::Unknown`].

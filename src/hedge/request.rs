@@ -312,6 +312,9 @@ pub struct Request<K> {
     /// Places of failed hedges counted in `replaced` that no hedge has
     /// taken yet: given back if hedging on the timer ends first.
     pub(crate) freed: u8,
+    /// Why hedging on the timer ended, once it has (with a hedging plan:
+    /// a request whose plan is not to hedge answers its plan's reason).
+    pub(crate) ended: NoHedge,
     /// Hedges counted in the hedger's in-flight slots, not yet released.
     pub(crate) leased: AttemptSet,
 }
@@ -335,6 +338,7 @@ impl<K: Copy> Request<K> {
             retries: 0,
             replaced: 0,
             freed: 0,
+            ended: NoHedge::AttemptsExhausted,
             leased: AttemptSet::EMPTY,
         }
     }
