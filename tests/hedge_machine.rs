@@ -1058,3 +1058,78 @@ fn a_timer_with_no_hedge_due_says_why() {
         TimerAction::Skip(NoHedge::AttemptsExhausted)
     );
 }
+
+/// A request belongs to the hedger that started it: another hedger (of
+/// either kind, whatever its configuration) does nothing with it, so it
+/// can neither take its hedges out of that hedger's in-flight count nor
+/// record its latencies there; its own hedger still ends it.
+#[test]
+fn another_hedger_refuses_a_request() {
+    use tailguard::hedge::SharedHedger;
+    let config = HedgeConfig::DEFAULT
+        .prior_delay_ns(10 * MS)
+        .max_hedges_in_flight(1);
+    let mut a: Hedger<usize, Budget> = Hedger::with_budget(config, Budget::Unlimited).unwrap();
+    let mut b: Hedger<usize, Budget> = Hedger::with_budget(config, Budget::Unlimited).unwrap();
+    let shared: SharedHedger = SharedHedger::with_budget(config, Budget::Unlimited).unwrap();
+    let mut r = a.start(0, 0, IDEMPOTENT);
+    let mut other = b.start(0, 0, IDEMPOTENT);
+    assert_eq!(
+        b.on_timer(&mut other, 10 * MS),
+        TimerAction::SendHedge(Attempt(1))
+    );
+    let (before_b, before_shared) = (b.stats(), shared.stats());
+    // To `b` and to `shared`, every event on `r` is a no-op.
+    assert_eq!(
+        b.on_timer(&mut r, 10 * MS),
+        TimerAction::Skip(NoHedge::OtherHedger)
+    );
+    assert_eq!(
+        shared.on_timer(&mut r, 10 * MS),
+        TimerAction::Skip(NoHedge::OtherHedger)
+    );
+    assert_eq!(
+        a.on_timer(&mut r, 10 * MS),
+        TimerAction::SendHedge(Attempt(1))
+    );
+    for attempt in [Attempt::PRIMARY, Attempt(1)] {
+        assert_eq!(
+            b.on_commit(&mut r, attempt, 12 * MS),
+            CommitOutcome::Unknown
+        );
+        assert_eq!(
+            shared.on_commit(&mut r, attempt, 12 * MS),
+            CommitOutcome::Unknown
+        );
+        assert_eq!(
+            b.on_failure(&mut r, attempt, 12 * MS, Failure::Retryable),
+            FailureOutcome::Ignored
+        );
+    }
+    assert_eq!(b.abandon(&mut r, 12 * MS), AttemptSet::EMPTY);
+    assert_eq!(shared.abandon(&mut r, 12 * MS), AttemptSet::EMPTY);
+    assert_eq!((b.stats(), shared.stats()), (before_b, before_shared));
+    assert_eq!(
+        b.hedges_in_flight(12 * MS),
+        1,
+        "b's own hedge still counted"
+    );
+    assert_eq!(a.hedges_in_flight(12 * MS), 1);
+    assert!(!r.is_finished());
+    // Its own hedger ends it.
+    assert!(matches!(
+        a.on_commit(&mut r, Attempt(1), 13 * MS),
+        CommitOutcome::Won { .. }
+    ));
+    assert_eq!(a.hedges_in_flight(13 * MS), 0);
+    // And the other way: a shared hedger's request to a `Hedger<usize>`.
+    let mut s = shared.start(0, 20 * MS, IDEMPOTENT);
+    assert_eq!(
+        a.on_commit(&mut s, Attempt::PRIMARY, 21 * MS),
+        CommitOutcome::Unknown
+    );
+    assert!(matches!(
+        shared.on_commit(&mut s, Attempt::PRIMARY, 21 * MS),
+        CommitOutcome::Won { .. }
+    ));
+}

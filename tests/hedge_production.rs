@@ -887,3 +887,54 @@ fn a_replica_reached_by_routed_hedges_keeps_its_slot() {
         "evict_idle dropped a replica in use"
     );
 }
+
+/// One hedge stamped by another clock (here the wall clock, whose slot is
+/// the one a live hedge is counted in) makes that slot forget the live
+/// hedge, as the `hedge` module's *Time* says: for up to a lease the cap
+/// lets one more through. A lease later the count is exact and the cap
+/// holds again, for every hedge that comes.
+#[test]
+fn a_hedge_from_another_clock_upsets_the_in_flight_count_for_a_lease_at_most() {
+    let lease = 4 * SEC; // slots of 1 s
+    let config = HedgeConfig::DEFAULT
+        .prior_delay_ns(10 * MS)
+        .max_hedges_in_flight(1)
+        .in_flight_lease_ns(lease);
+    let mut h = unlimited(config);
+    let mut x = h.start((), 0, IDEMPOTENT);
+    assert_eq!(
+        h.on_timer(&mut x, 10 * MS),
+        TimerAction::SendHedge(Attempt(1))
+    );
+    assert_eq!(h.hedges_in_flight(10 * MS), 1);
+    // The wall clock's slot: the same as epoch 0's (its epoch is a multiple of 4).
+    let far = WALL_CLOCK - WALL_CLOCK % lease;
+    let mut w = h.start((), far, IDEMPOTENT);
+    assert_eq!(
+        h.on_timer(&mut w, far + 10 * MS),
+        TimerAction::SendHedge(Attempt(1))
+    );
+    h.abandon(&mut w, far + 11 * MS);
+    // Upset: x's hedge is no longer counted.
+    assert_eq!(h.hedges_in_flight(20 * MS), 0);
+    let _ = h.on_commit(&mut x, Attempt::PRIMARY, 30 * MS);
+    // A lease on, every hedge is counted, and the cap holds.
+    for round in 0..8u64 {
+        let t = lease + SEC + round * SEC / 2;
+        let mut a = h.start((), t, IDEMPOTENT);
+        let mut b = h.start((), t, IDEMPOTENT);
+        assert_eq!(
+            h.on_timer(&mut a, t + 10 * MS),
+            TimerAction::SendHedge(Attempt(1))
+        );
+        assert_eq!(h.hedges_in_flight(t + 10 * MS), 1, "round {round}");
+        assert_eq!(
+            h.on_timer(&mut b, t + 10 * MS),
+            TimerAction::Skip(NoHedge::InFlightLimit),
+            "round {round}"
+        );
+        let _ = h.on_commit(&mut a, Attempt::PRIMARY, t + 20 * MS);
+        assert_eq!(h.hedges_in_flight(t + 20 * MS), 0, "round {round}");
+        let _ = h.on_commit(&mut b, Attempt::PRIMARY, t + 30 * MS);
+    }
+}

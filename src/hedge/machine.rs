@@ -14,6 +14,7 @@ use super::{
     Attempt, AttemptSet, CommitOutcome, DelaySource, Failure, FailureOutcome, Idempotency, NoHedge,
     Plan, Request, TimerAction,
 };
+use crate::sync::{AtomicU32, Ordering};
 
 /// A counter the state machine bumps.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -36,9 +37,22 @@ pub(crate) enum Stat {
     RetriesThrottled,
 }
 
+/// Numbers hedgers apart: each request keeps its hedger's, and another
+/// hedger refuses it (it would take its hedges out of that hedger's
+/// in-flight count and record its latencies there). Wraps after 2³²
+/// hedgers built in one process.
+static HEDGER_IDS: AtomicU32 = AtomicU32::new(0);
+
+/// A number no other hedger has (see `HEDGER_IDS`).
+pub(crate) fn hedger_id() -> u32 {
+    HEDGER_IDS.fetch_add(1, Ordering::Relaxed)
+}
+
 /// The state a hedger shares between requests, as the machine uses it.
 pub(crate) trait Core<K> {
     fn config(&self) -> &HedgeConfig;
+    /// The hedger's number ([`hedger_id`]).
+    fn id(&self) -> u32;
     /// Hedges in flight at `now`.
     fn in_flight_count(&self, now: u64) -> u32;
     /// Counts a hedge sent at `now` as in flight, unless `cap` hedges
@@ -93,7 +107,7 @@ pub(crate) fn start<K: Copy + PartialEq, C: Core<K>>(
     idempotency: Idempotency,
     delay: Option<(u64, DelaySource)>,
 ) -> Request<K> {
-    let mut request = Request::new(target, now);
+    let mut request = Request::new(target, now, core.id());
     let config = core.config();
     request.give_up_at = config.deadline_ns.map(|d| now.saturating_add(d));
     let max_hedges = config.max_hedges;
@@ -140,6 +154,9 @@ pub(crate) fn on_timer<K: Copy + PartialEq, C: Core<K>>(
     request: &mut Request<K>,
     now: u64,
 ) -> TimerAction {
+    if request.owner != core.id() {
+        return TimerAction::Skip(NoHedge::OtherHedger);
+    }
     if request.phase != Phase::Racing {
         return TimerAction::Skip(NoHedge::Finished);
     }
@@ -258,12 +275,14 @@ fn send_next<K: Copy + PartialEq, C: Core<K>>(
     Ok(attempt)
 }
 
-/// Whether `attempt`'s commit is the common one: the primary answers and
-/// it is all that was sent (nothing to release or cancel).
+/// Whether `attempt`'s commit, to the hedger `id`, is the common one: the
+/// primary answers and it is all that was sent (nothing to release or
+/// cancel), on the hedger that started it.
 #[inline(always)]
-pub(crate) fn is_sole_primary<K>(request: &Request<K>, attempt: Attempt) -> bool {
+pub(crate) fn is_sole_primary<K>(request: &Request<K>, attempt: Attempt, id: u32) -> bool {
     attempt.is_primary()
         && request.sent == 1
+        && request.owner == id
         && request.phase == Phase::Racing
         && request.failed.is_empty()
 }
@@ -312,12 +331,12 @@ pub(crate) fn on_commit<K: Copy + PartialEq, C: Core<K>>(
     attempt: Attempt,
     now: u64,
 ) -> CommitOutcome {
-    if is_sole_primary(request, attempt) {
+    if is_sole_primary(request, attempt, core.id()) {
         return commit_sole_primary(core, request, now);
     }
     // Never sent, or already failed: not an answer of this request's,
-    // whether it races or is over.
-    if attempt.0 >= request.sent || request.failed.contains(attempt) {
+    // whether it races or is over; nor of this hedger's.
+    if attempt.0 >= request.sent || request.failed.contains(attempt) || request.owner != core.id() {
         return CommitOutcome::Unknown;
     }
     if request.phase != Phase::Racing {
@@ -435,6 +454,7 @@ pub(crate) fn on_failure<K: Copy + PartialEq, C: Core<K>>(
     if attempt.0 >= request.sent
         || request.phase != Phase::Racing
         || request.failed.contains(attempt)
+        || request.owner != core.id()
     {
         return FailureOutcome::Ignored;
     }
@@ -536,7 +556,7 @@ pub(crate) fn abandon<K: Copy + PartialEq, C: Core<K>>(
     request: &mut Request<K>,
     now: u64,
 ) -> AttemptSet {
-    if request.phase != Phase::Racing {
+    if request.phase != Phase::Racing || request.owner != core.id() {
         return AttemptSet::EMPTY;
     }
     give_up(core, request, now)

@@ -102,7 +102,14 @@
 //! two periods or more ahead is an idle gap and empties the window. So a
 //! lagging thread, or a clock that steps back and returns, costs no
 //! estimate and hastens no rotation. The table's eviction uses no
-//! timestamp.
+//! timestamp. The in-flight count keeps four time slots a lease, by send
+//! time, and cannot tell a hedge stamped by another clock from one sent
+//! after the clock jumped: one a lease or more from the others takes its
+//! slot as if the lease had passed there, and the live hedges that slot
+//! held stop counting. Until a lease has passed, the count may then read
+//! low by them (the cap lets as many more through), and their requests'
+//! ends may take out other requests' places; a lease later it is exact
+//! again (`tests/hedge_production.rs`).
 //!
 //! # Targets
 //! Each target (host, replica, endpoint: the caller's key `K`) has its own
@@ -305,6 +312,8 @@ pub struct Hedger<
     /// Retry throttling's tokens ([`HedgeConfig::retry_throttle`]).
     retry_balance: u32,
     stats: HedgeStats,
+    /// Its number, kept by its requests (another hedger refuses them).
+    id: u32,
 }
 
 impl Hedger {
@@ -378,6 +387,7 @@ impl<K: PartialEq + Copy, B: HedgeBudget, const T: usize, S: Store, M: IndexMapp
             in_flight: InFlight::new(config.in_flight_lease_ns),
             retry_balance: u32::from(config.retry_throttle),
             stats: HedgeStats::default(),
+            id: machine::hedger_id(),
         })
     }
 
@@ -509,7 +519,7 @@ impl<K: PartialEq + Copy, B: HedgeBudget, const T: usize, S: Store, M: IndexMapp
         now: u64,
     ) -> CommitOutcome {
         // Inline only the common commit (the sole primary's answer).
-        if machine::is_sole_primary(request, attempt) {
+        if machine::is_sole_primary(request, attempt, self.id) {
             machine::commit_sole_primary(self, request, now)
         } else {
             machine::on_commit(self, request, attempt, now)
@@ -647,6 +657,11 @@ impl<K: PartialEq + Copy, B: HedgeBudget, const T: usize, S: Store, M: IndexMapp
     #[inline]
     fn config(&self) -> &HedgeConfig {
         &self.config
+    }
+
+    #[inline(always)]
+    fn id(&self) -> u32 {
+        self.id
     }
 
     #[inline]

@@ -130,6 +130,8 @@ pub enum NoHedge {
     InFlightLimit,
     /// An attempt already answered, or the request was given up.
     Finished,
+    /// The request was started by another hedger: nothing was done.
+    OtherHedger,
 }
 
 /// Where a request's hedge delay came from.
@@ -257,7 +259,14 @@ pub(crate) enum Phase {
 /// event. Holds no reference into the hedger.
 ///
 /// A request is one value: it is neither `Copy` nor `Clone`, so it cannot
-/// be committed twice or release another request's hedge. Dropping it
+/// be committed twice or release another request's hedge (but see *Time*
+/// in the [module docs](super) for hedges stamped by another clock). It
+/// belongs to the hedger that started it: another hedger does nothing
+/// with it (its timer is [`TimerAction::Skip`]`(`[`NoHedge::OtherHedger`]`)`,
+/// a commit [`CommitOutcome::Unknown`](super::CommitOutcome::Unknown), a
+/// failure [`FailureOutcome::Ignored`](super::FailureOutcome::Ignored),
+/// `abandon` cancels nothing), so that it can neither take its hedges out
+/// of that hedger's in-flight count nor record its latencies there. Dropping it
 /// without a final event is safe: the hedges it had in flight stop counting
 /// against [`max_hedges_in_flight`](super::HedgeConfig::max_hedges_in_flight)
 /// on their own within [`in_flight_lease_ns`](super::HedgeConfig::in_flight_lease_ns),
@@ -315,12 +324,14 @@ pub struct Request<K> {
     /// Why hedging on the timer ended, once it has (with a hedging plan:
     /// a request whose plan is not to hedge answers its plan's reason).
     pub(crate) ended: NoHedge,
+    /// The hedger that started it (see `machine::hedger_id`).
+    pub(crate) owner: u32,
     /// Hedges counted in the hedger's in-flight slots, not yet released.
     pub(crate) leased: AttemptSet,
 }
 
 impl<K: Copy> Request<K> {
-    pub(crate) fn new(target: K, now: u64) -> Self {
+    pub(crate) fn new(target: K, now: u64, owner: u32) -> Self {
         Self {
             targets: [target; MAX_ATTEMPTS],
             // The primary's; the others are read only once sent (`sent_at`
@@ -339,6 +350,7 @@ impl<K: Copy> Request<K> {
             replaced: 0,
             freed: 0,
             ended: NoHedge::AttemptsExhausted,
+            owner,
             leased: AttemptSet::EMPTY,
         }
     }

@@ -204,6 +204,8 @@ pub struct SharedHedger<B: HedgeBudget = Budget, const T: usize = 1, M: IndexMap
     batch: usize,
     /// A lane that published longer ago publishes each sample at once.
     max_wait_ns: u64,
+    /// Its number, kept by its requests (another hedger refuses them).
+    id: u32,
 }
 
 impl SharedHedger {
@@ -247,6 +249,7 @@ impl<B: HedgeBudget, const T: usize, M: IndexMapping + FromRelativeAccuracy> Sha
             lanes: Lanes::new(),
             batch: LANE_SAMPLES,
             max_wait_ns: MAX_WAIT_NS.min(rotation.period_ns / 8),
+            id: machine::hedger_id(),
         })
     }
 }
@@ -323,7 +326,7 @@ impl<B: HedgeBudget, const T: usize, M: IndexMapping> SharedHedger<B, T, M> {
         now: u64,
     ) -> CommitOutcome {
         let mut here = self.here();
-        if machine::is_sole_primary(request, attempt) {
+        if machine::is_sole_primary(request, attempt, self.id) {
             machine::commit_sole_primary(&mut here, request, now)
         } else {
             machine::on_commit(&mut here, request, attempt, now)
@@ -583,6 +586,11 @@ impl<B: HedgeBudget, const T: usize, M: IndexMapping> Core<usize> for Here<'_, B
     #[inline]
     fn config(&self) -> &HedgeConfig {
         &self.hedger.config
+    }
+
+    #[inline(always)]
+    fn id(&self) -> u32 {
+        self.hedger.id
     }
 
     #[inline]
