@@ -1133,3 +1133,137 @@ fn another_hedger_refuses_a_request() {
         CommitOutcome::Won { .. }
     ));
 }
+
+/// Ten not-idempotent requests: a 10 % ratio budget earns a token.
+fn earn_a_token(h: &mut Hedger<(), Budget>, at: u64) {
+    for i in 0..10 {
+        let mut r = h.start((), at + i, Idempotency::NotIdempotent);
+        let _ = h.on_commit(&mut r, Attempt::PRIMARY, at + i + 1_000);
+    }
+}
+
+/// A place given back (the budget refused its hedge) is the failed hedge's
+/// again: when the budget earns a token later in the request, no hedge
+/// goes out in it past `1 + max_hedges + max_retries` (found by a review:
+/// primary, hedge, retry and a second hedge went out under a bound of 3).
+#[test]
+fn a_place_given_back_is_not_taken_later() {
+    let budget = Budget::Ratio(RatioBudget::fixed_cap(1_000, 10).unwrap());
+    let config = HedgeConfig::DEFAULT
+        .prior_delay_ns(10 * MS)
+        .max_retries(1)
+        .max_hedges(1)
+        .retry_throttle(0);
+    let mut h: Hedger<(), Budget> = Hedger::with_budget(config, budget).unwrap();
+    earn_a_token(&mut h, 0);
+    let mut r = h.start((), MS, IDEMPOTENT);
+    assert_eq!(
+        h.on_timer(&mut r, 11 * MS),
+        TimerAction::SendHedge(Attempt(1))
+    );
+    let failed = h.on_failure(&mut r, Attempt(1), 12 * MS, Failure::Retryable);
+    assert_eq!(failed, FailureOutcome::Continue);
+    let retried = h.on_failure(&mut r, Attempt::PRIMARY, 13 * MS, Failure::Retryable);
+    assert_eq!(retried, FailureOutcome::SendNow(Attempt(2)));
+    earn_a_token(&mut h, 14 * MS);
+    if let Some(at) = r.next_timer() {
+        assert!(!matches!(h.on_timer(&mut r, at), TimerAction::SendHedge(_)));
+    }
+    assert_eq!(r.attempts_sent(), 3);
+}
+
+/// A place freed for a hedge of a retry that fails before that hedge is
+/// due was no replacement: the retry's failure gets the second retry
+/// `max_retries(2)` allows (found by a review: it was given up).
+#[test]
+fn a_place_no_hedge_took_before_the_race_ended_is_no_replacement() {
+    let config = HedgeConfig::DEFAULT
+        .prior_delay_ns(10 * MS)
+        .max_retries(2)
+        .max_hedges(1)
+        .retry_throttle(0);
+    let mut h = hedger(config);
+    let mut r = h.start((), MS, IDEMPOTENT);
+    assert_eq!(
+        h.on_timer(&mut r, 11 * MS),
+        TimerAction::SendHedge(Attempt(1))
+    );
+    let out = h.on_failure(&mut r, Attempt::PRIMARY, 12 * MS, Failure::Retryable);
+    assert_eq!(out, FailureOutcome::Continue);
+    let out = h.on_failure(&mut r, Attempt(1), 13 * MS, Failure::Retryable);
+    assert_eq!(out, FailureOutcome::SendNow(Attempt(2)));
+    // The retry fails before its hedge (due at 23 ms) goes out.
+    let out = h.on_failure(&mut r, Attempt(2), 14 * MS, Failure::Retryable);
+    assert_eq!(out, FailureOutcome::SendNow(Attempt(3)));
+    assert_eq!(r.attempts_sent(), 4);
+}
+
+use proptest::strategy::Strategy as _;
+
+/// What happens to one request, step by step.
+#[derive(Clone, Debug)]
+enum Step {
+    /// Its timer fires when due.
+    Timer,
+    /// Its `k`-th attempt in flight (modulo) fails.
+    Fail(usize, bool),
+    /// Other traffic earns the budget a token.
+    Earn,
+}
+
+proptest::proptest! {
+    /// However failures, timers and a budget that earns tokens mid-request
+    /// interleave, a request sends at most `1 + max_hedges + max_retries`
+    /// attempts, and never more than 8.
+    #[test]
+    fn a_request_sends_at_most_its_bound(
+        max_hedges in 0u8..=3,
+        max_retries in 0u8..=3,
+        steps in proptest::collection::vec(
+            proptest::prop_oneof![
+                proptest::strategy::Just(Step::Timer),
+                (0usize..4, proptest::bool::weighted(0.8)).prop_map(|(k, r)| Step::Fail(k, r)),
+                proptest::strategy::Just(Step::Earn),
+            ],
+            1..40,
+        ),
+    ) {
+        let budget = Budget::Ratio(RatioBudget::fixed_cap(1_000, 10).unwrap());
+        let config = HedgeConfig::DEFAULT
+            .prior_delay_ns(10 * MS)
+            .max_hedges(max_hedges)
+            .max_retries(max_retries)
+            .retry_throttle(0);
+        let mut h: Hedger<(), Budget> = Hedger::with_budget(config, budget).unwrap();
+        earn_a_token(&mut h, 0);
+        let mut now = MS;
+        let mut r = h.start((), now, IDEMPOTENT);
+        let bound = (1 + usize::from(max_hedges) + usize::from(max_retries)).min(8);
+        for step in steps {
+            now += MS;
+            match step {
+                Step::Timer => {
+                    if let Some(at) = r.next_timer() {
+                        now = now.max(at);
+                        let _ = h.on_timer(&mut r, now);
+                    }
+                }
+                Step::Fail(k, retryable) => {
+                    let live: Vec<Attempt> = r.in_flight().iter().collect();
+                    if let Some(&a) = live.get(k % live.len().max(1)) {
+                        let failure = if retryable { Failure::Retryable } else { Failure::Fatal };
+                        let _ = h.on_failure(&mut r, a, now, failure);
+                    }
+                }
+                Step::Earn => earn_a_token(&mut h, now),
+            }
+            proptest::prop_assert!(
+                usize::from(r.attempts_sent()) <= bound,
+                "{} attempts sent, bound {}", r.attempts_sent(), bound
+            );
+            if r.is_finished() {
+                break;
+            }
+        }
+    }
+}

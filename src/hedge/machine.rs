@@ -197,7 +197,16 @@ pub(crate) fn on_timer<K: Copy + PartialEq, C: Core<K>>(
 fn end_timer_hedging<K>(request: &mut Request<K>, reason: NoHedge) {
     request.next_hedge_at = None;
     request.ended = reason;
+    give_back_freed(request);
+}
+
+/// The places of failed hedges that no hedge took go back to those hedges
+/// (they count against `max_hedges` again) and are no replacement: as if
+/// they had never been freed, so that `1 + max_hedges + max_retries` still
+/// bounds what the request sends.
+fn give_back_freed<K>(request: &mut Request<K>) {
     request.replaced = request.replaced.saturating_sub(request.freed);
+    request.hedges = request.hedges.saturating_add(request.freed);
     request.freed = 0;
 }
 
@@ -472,6 +481,11 @@ pub(crate) fn on_failure<K: Copy + PartialEq, C: Core<K>>(
         };
     }
     let racing = !request.in_flight().is_empty();
+    if !racing {
+        // The race is over: a place freed for a hedge that never went out
+        // (not due yet, or held back by the in-flight cap) was none.
+        give_back_freed(request);
+    }
     // At most `max_retries` failed attempts are replaced, however they
     // are: a request sends at most `1 + max_hedges + max_retries`.
     let max_retries = core.config().max_retries;
