@@ -13,11 +13,10 @@ pub enum HedgeError<E> {
     Deadline,
     /// The policy refused to copy a request it had copied before (see
     /// [`Policy::clone_request`](super::Policy::clone_request)) for a hedge
-    /// due on the timer, and no attempt was left in flight. A hedge is due
-    /// only while another attempt races, so the layer does not return this
-    /// today; it stands for a request the hedger gave up with no error to
-    /// report. (An attempt a *failure* released and the policy could not
-    /// copy fails the request with that failure's error.)
+    /// released on the timer, and the hedger then gave the request up (its
+    /// deadline passed in between): no attempt's error to report. (An
+    /// attempt a *failure* released and the policy could not copy fails the
+    /// request with that failure's error.)
     NotCloned,
 }
 

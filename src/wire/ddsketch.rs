@@ -841,12 +841,13 @@ fn apply<M: IndexMapping, P: Store, N: Store>(
 ///   [`DecodeReport::overflow`]; the zero count is a `u64`: it holds up to
 ///   `2^64 − 1` and the rest is counted in [`DecodeReport::overflow`] too.
 ///   Counts above 2^53 are only as exact as the producer's doubles.
-/// * **Keys**: each must be one that the mapping gives to some value of its
-///   indexable range: between the keys of its
+/// * **Keys**: each must lie between the keys of the mapping's
 ///   [`min_indexable_value`](IndexMapping::min_indexable_value) and
 ///   [`max_indexable_value`](IndexMapping::max_indexable_value), each end
 ///   widened by its [`key_slack`](IndexMapping::key_slack)
-///   ([`KeyOutOfRange`](DecodeError::KeyOutOfRange) otherwise). So every
+///   ([`KeyOutOfRange`](DecodeError::KeyOutOfRange) otherwise; a key in
+///   that margin that no indexable value has is counted in the bucket at
+///   the end). So every
 ///   sketch this crate encodes for [`Convention::GoJava`] decodes, even
 ///   one holding the ends of the range, whose representatives
 ///   ([`value`](IndexMapping::value)) may lie just outside it. Python

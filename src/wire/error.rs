@@ -44,15 +44,16 @@ pub enum DecodeError {
     },
     /// A bucket or zero count is negative, NaN or infinite.
     InvalidCount(f64),
-    /// A bucket key (after the producer convention's shift) that no value
-    /// of the decoded mapping's indexable range has: below the key of
+    /// A bucket key (after the producer convention's shift) beyond what
+    /// the decoded mapping's indexable range can give: below the key of
     /// [`min_indexable_value`](crate::IndexMapping::min_indexable_value) or
     /// above that of
-    /// [`max_indexable_value`](crate::IndexMapping::max_indexable_value)
-    /// (each end widened by the mapping's
-    /// [`key_slack`](crate::IndexMapping::key_slack), so that no key the
-    /// mapping gives a value of that range is refused). Keys outside `i32`
-    /// are among them.
+    /// [`max_indexable_value`](crate::IndexMapping::max_indexable_value),
+    /// each end widened by the mapping's
+    /// [`key_slack`](crate::IndexMapping::key_slack) so that no key the
+    /// mapping gives a value of that range is refused (a key within that
+    /// margin that no value has is counted in the bucket at the end). Keys
+    /// outside `i32` are among them.
     KeyOutOfRange(i64),
     /// The bytes hold negative values and the sketch has no negative store.
     NegativeValues,
