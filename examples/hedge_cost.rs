@@ -19,8 +19,11 @@
 //! span matches the default's) and `log-linear-2` (α = 2 %, 1 024).
 //! Modes (the second argument): `plain`, `hedged`, and `shared` /
 //! `shared-hedged` for the same requests through a default
-//! `SharedHedger` (cubic mapping only).
+//! `SharedHedger` (cubic mapping only). `--help` lists them with the
+//! defaults; anything else is refused.
 
+use clap::error::ErrorKind;
+use clap::{CommandFactory, Parser, ValueEnum};
 use rand::SeedableRng;
 use rand_distr::{Distribution, LogNormal};
 use std::hint::black_box;
@@ -31,6 +34,59 @@ use tailguard::store::{CollapsingLowestStore, Store};
 use tailguard::{Budget, IndexMapping, LogLinearMapping};
 
 const WARM: usize = 5_000;
+
+/// Instructions per request on a warm hedger, for callgrind: run it at two
+/// request counts and take the difference of the inclusive counts of `run`
+/// (`callgrind_annotate --inclusive=yes`).
+#[derive(Parser, Debug)]
+#[command(
+    name = "hedge_cost",
+    after_help = "Example, then the same with 10000:\n  valgrind --tool=callgrind \
+                  target/release/examples/hedge_cost cubic hedged 20000"
+)]
+struct Args {
+    /// The hedger's index mapping.
+    #[arg(value_enum, default_value_t = Mapping::Cubic)]
+    mapping: Mapping,
+    /// What each request does.
+    #[arg(value_enum, default_value_t = Mode::Plain)]
+    mode: Mode,
+    /// Measured requests (1 to 10 000 000), after 5 000 unmeasured that
+    /// warm the hedger.
+    #[arg(default_value_t = 10_000,
+          value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
+    n: u64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Mapping {
+    /// The default cubic mapping
+    Cubic,
+    /// LogLinearMapping, α = 1 %, 2 048 buckets (the default's span)
+    LogLinear,
+    /// LogLinearMapping, α = 2 %, 1 024 buckets
+    #[value(name = "log-linear-2")]
+    LogLinear2,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Mode {
+    /// A Hedger: start, then on_commit
+    Plain,
+    /// A Hedger, one request in ten hedged on its timer (the hedge wins)
+    Hedged,
+    /// Plain through a default SharedHedger (cubic mapping only)
+    Shared,
+    /// Hedged through a default SharedHedger (cubic mapping only)
+    SharedHedged,
+}
+
+/// A value's name as typed on the command line.
+fn name(v: impl ValueEnum) -> String {
+    v.to_possible_value()
+        .map(|v| v.get_name().to_owned())
+        .unwrap_or_default()
+}
 
 /// What [`run`] drives: a `Hedger` or a `SharedHedger`.
 trait Drive {
@@ -100,30 +156,42 @@ fn run<D: Drive>(mut h: D, latencies: &[u64], hedged: bool) -> u64 {
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let args: Vec<String> = std::env::args().collect();
-    let mapping = args.get(1).map_or("cubic", String::as_str);
-    let mode = args.get(2).map_or("plain", String::as_str);
-    let hedged = mode.ends_with("hedged");
-    let shared = mode.starts_with("shared");
-    let n: usize = args.get(3).map_or(Ok(10_000), |s| s.parse())?;
+    let args = Args::parse();
+    let shared = matches!(args.mode, Mode::Shared | Mode::SharedHedged);
+    let hedged = matches!(args.mode, Mode::Hedged | Mode::SharedHedged);
+    // Refused, not run as something else: a count under the wrong name
+    // would mislead.
+    if shared && args.mapping != Mapping::Cubic {
+        Args::command()
+            .error(
+                ErrorKind::ArgumentConflict,
+                format!(
+                    "mode {} needs the cubic mapping (a default SharedHedger), not {}",
+                    name(args.mode),
+                    name(args.mapping)
+                ),
+            )
+            .exit();
+    }
+    let n = usize::try_from(args.n)?;
     let mut rng = rand::rngs::StdRng::seed_from_u64(0x5eed);
     let dist = LogNormal::new(5e6f64.ln(), 0.5)?;
     let data: Vec<u64> = (0..WARM + n)
         .map(|_| dist.sample(&mut rng) as u64)
         .collect();
     let config = HedgeConfig::DEFAULT;
-    let sum = match mapping {
-        "cubic" if shared => run(&SharedHedger::new(config)?, &data, hedged),
-        "cubic" => {
+    let sum = match args.mapping {
+        Mapping::Cubic if shared => run(&SharedHedger::new(config)?, &data, hedged),
+        Mapping::Cubic => {
             let mut h: Hedger = Hedger::new(config)?;
             run(&mut h, &data, hedged)
         }
-        "log-linear" => {
+        Mapping::LogLinear => {
             let mut h: Hedger<(), Budget, 1, CollapsingLowestStore<2048>, LogLinearMapping> =
                 Hedger::with_budget(config, Budget::default())?;
             run(&mut h, &data, hedged)
         }
-        "log-linear-2" => {
+        Mapping::LogLinear2 => {
             // α = 2 %: 32 buckets a power of two, the default 1 024 span
             // 1 µs to an hour.
             let config = config.relative_accuracy(0.02);
@@ -131,8 +199,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 Hedger::with_budget(config, Budget::default())?;
             run(&mut h, &data, hedged)
         }
-        other => return Err(format!("unknown mapping {other}").into()),
     };
-    println!("{mapping} {} requests: checksum {sum}", data.len());
+    println!(
+        "{} {}: {} requests ({WARM} warm-up + {n}): checksum {sum}",
+        name(args.mapping),
+        name(args.mode),
+        data.len()
+    );
     Ok(())
 }

@@ -21,10 +21,19 @@
 //! and any other a hedge won, then a summary: about one hedge per
 //! straggler after the first, well under the budget's share.
 
+use clap::Parser;
 use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 use tailguard::hedge::{Attempt, CommitOutcome, HedgeConfig, Hedger, Idempotency, TimerAction};
+
+/// The hedge state machine driven from a plain std loop: sixty requests to
+/// a threaded backend whose every tenth primary straggles for 60 ms; prints
+/// when each request would hedge, what the budget allowed and who won.
+/// Takes no arguments.
+#[derive(Parser)]
+#[command(name = "std_loop")]
+struct Args {}
 
 /// A backend that is usually quick and sometimes straggles.
 fn backend(request: u64, attempt: Attempt) -> Duration {
@@ -33,6 +42,7 @@ fn backend(request: u64, attempt: Attempt) -> Duration {
 }
 
 fn main() {
+    let Args {} = Args::parse(); // --help, or an error for any argument
     let epoch = Instant::now();
     let now = || epoch.elapsed().as_nanos() as u64; // the caller's clock
     let config = HedgeConfig::DEFAULT

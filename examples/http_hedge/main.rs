@@ -20,7 +20,8 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use clap::{Parser, ValueEnum};
+use clap::error::ErrorKind;
+use clap::{CommandFactory, Parser, ValueEnum};
 use tailguard::hedge::HedgeConfig;
 use tailguard::RatioBudget;
 use tokio::time::Instant;
@@ -62,8 +63,10 @@ struct Args {
           value_parser = clap::value_parser!(u64).range(1..=1000))]
     concurrency: u64,
     /// Correlated pauses: each server stalls every attempt for this many ms
-    /// (a stop-the-world GC); 0: no pauses.
-    #[arg(long, value_name = "MS", default_value_t = 0)]
+    /// (a stop-the-world GC); 0: no pauses. At most 10 000 (longer ones
+    /// would outlast the run, and overflow its clock arithmetic).
+    #[arg(long, value_name = "MS", default_value_t = 0,
+          value_parser = clap::value_parser!(u64).range(0..=10_000))]
     pause_ms: u64,
     /// Mean gap between one server's pauses, ms (exponential gaps).
     #[arg(long, value_name = "MS", default_value_t = 2_000,
@@ -85,7 +88,8 @@ struct Args {
     seed: u64,
     /// Exit non-zero unless, for each of tailguard's strategies run, p99 is
     /// below no hedging's and extra load within the default budget's share
-    /// (plus 2 points), and no request failed.
+    /// (plus 2 points), and no request failed. Needs none and layer or
+    /// hedger among --strategies.
     #[arg(long)]
     check: bool,
 }
@@ -150,6 +154,17 @@ fn probability(s: &str) -> Result<f64, String> {
 
 fn main() -> ExitCode {
     let args = Args::parse();
+    // Refused before the servers start, not after a whole run.
+    let has = |s: Strategy| args.strategies.contains(&s);
+    if args.check && !(has(Strategy::None) && (has(Strategy::Layer) || has(Strategy::Hedger))) {
+        Args::command()
+            .error(
+                ErrorKind::ArgumentConflict,
+                "--check compares layer or hedger against none: \
+                 --strategies must include none and layer or hedger",
+            )
+            .exit();
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
