@@ -250,7 +250,9 @@ proptest! {
 /// once drained a ratio budget's bank to its floor).
 #[test]
 fn depositing_no_requests_changes_nothing() {
-    let (a, b) = (RatioBudget::default(), RatioBudget::default());
+    // A one-second bank, so that the 2 000 deposits below all count.
+    let bank = || RatioBudget::with_bank_window(1_500, 10, SEC).unwrap();
+    let (a, b) = (bank(), bank());
     for i in 0..2_000_u64 {
         a.on_request(5 * SEC + i * 400_000);
         b.on_request(5 * SEC + i * 400_000);

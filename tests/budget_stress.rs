@@ -228,10 +228,11 @@ fn scaled_ratio_counts_every_deposit_under_contention() {
 
 #[test]
 fn scaled_ratio_banks_a_window_and_spends_it_exactly() {
-    // Four threads send 1 000 requests each within one second at 15 %:
-    // the bank holds far more than the floor of 10, and a burst of hedges
-    // from all threads at once gets exactly what the balance holds.
-    let budget = RatioBudget::default();
+    // Four threads send 1 000 requests each within one second at 15 %,
+    // into a one-second bank: it holds far more than the floor of 10, and
+    // a burst of hedges from all threads at once gets exactly what the
+    // balance holds.
+    let budget = RatioBudget::with_bank_window(1_500, 10, 1_000_000_000).expect("valid");
     let per_thread = iters(1_000);
     let t0 = 7_000_000_000_u64;
     on_threads(|i| {

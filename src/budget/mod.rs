@@ -7,8 +7,9 @@
 //!
 //! - [`RatioBudget`] (the default, 15 %): every primary deposits a share of a
 //!   token, every hedge withdraws a whole token, and the balance is capped
-//!   at what the share earned over the last second (at least 10 tokens),
-//!   so a burst of stragglers can spend what recent traffic earned. It
+//!   at what the share earned over the last 100 ms (at least 10 tokens),
+//!   so a burst of stragglers can spend what recent traffic earned, but
+//!   no more than about the share again over any 100 ms. It
 //!   needs no guess of the request rate and follows traffic as it changes.
 //!   A deposit is one `fetch_add`. [`RatioBudget::fixed_cap`] caps the bank
 //!   at a fixed number of tokens instead. An optional reserve
@@ -25,7 +26,7 @@
 //! ```
 //! use tailguard::budget::{Budget, HedgeBudget, RatioBudget, UNITS_PER_TOKEN};
 //!
-//! // 10 % of traffic, banking up to a second's earnings (at least 5 hedges).
+//! // 10 % of traffic, banking up to 100 ms of earnings (at least 5 hedges).
 //! let budget = Budget::Ratio(RatioBudget::new(1_000, 5)?);
 //! let mut now_ns = 0_u64; // the caller's monotonic clock
 //! for _ in 0..20 {
@@ -340,7 +341,7 @@ impl core::error::Error for BudgetError {}
 
 /// Any budget, as one concrete type for the hedge state machine.
 ///
-/// The default is a [`RatioBudget`] at 15 % with a bank of one second's
+/// The default is a [`RatioBudget`] at 15 % with a bank of 100 ms of
 /// earnings (see [`RatioBudget::default`]).
 #[derive(Debug)]
 #[non_exhaustive]
