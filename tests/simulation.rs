@@ -121,7 +121,8 @@ fn outage_hedges_stay_within_the_ratio_budget_and_resume() {
         assert!(s.hedges <= a.tokens(), "second {t}: {s:?} > {a:?}");
     }
     // During the outage: 15 % of its requests plus at most the largest cap
-    // reached before it (a second's earnings of the busy phase).
+    // reached before it (a second's earnings of the busy phase bound it:
+    // the default banks 100 ms of them).
     let (from, until) = ((phase / SEC) as usize, (2 * phase / SEC) as usize);
     let cap_before = secs[..from]
         .iter()
@@ -615,3 +616,29 @@ const STEP_AT_NS: u64 = 10 * SEC;
 const STEP_AFTER_NS: u64 = 10 * SEC;
 const MANY_RUN_NS: u64 = 10 * SEC;
 const FAILURES_RUN_NS: u64 = 10 * SEC;
+
+#[test]
+fn a_load_sensitive_backend_is_not_overloaded_by_the_default_bank() {
+    // At 60 % of capacity, latency rising with load: the default bank
+    // (100 ms of earnings) cuts p99, where a bank of a second's earnings,
+    // spent in a burst, overloads the backend into a p99 several times
+    // that of no hedging.
+    let runs = scenarios::overload(&[0.6], 10 * SEC, SEED);
+    let rows = &runs[0].rows;
+    let none = by_name(rows, "no hedging");
+    let default = by_name(rows, "adaptive p90 (ours, default)");
+    let second = by_name(rows, scenarios::SECOND_BANK_ROW);
+    assert!(
+        default.q.p99 < 0.7 * none.q.p99,
+        "default {:?} vs none {:?}",
+        default.q,
+        none.q
+    );
+    assert!(
+        second.q.p99 > 3.0 * none.q.p99,
+        "a second's bank {:?} vs none {:?}",
+        second.q,
+        none.q
+    );
+    assert!(default.extra_load <= 0.15 + 0.01, "{}", default.extra_load);
+}

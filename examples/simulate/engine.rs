@@ -44,7 +44,7 @@
 #![allow(dead_code)]
 
 use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::collections::{BinaryHeap, VecDeque};
 
 use tailguard::budget::{Budget, HedgeBudget, TokenBucket};
 use tailguard::hedge::{
@@ -301,6 +301,32 @@ pub struct FastFailures {
     pub after: LogNormal,
 }
 
+/// A backend whose latency rises with its load: each attempt's latency is
+/// its draw times `1 / (1 − ρ)`, `ρ` the attempts sent over the last
+/// `window_ns` against `capacity_per_sec` (at most 0.995). A cancelled
+/// attempt frees nothing: the model has no queue to leave.
+#[derive(Clone, Copy, Debug)]
+pub struct LoadSensitivity {
+    /// Attempts a second at which the backend saturates.
+    pub capacity_per_sec: f64,
+    /// How far back the load is measured.
+    pub window_ns: u64,
+}
+
+/// `ns` × `factor`, at least 1 ns.
+fn stretched(ns: u64, factor: f64) -> u64 {
+    ((ns as f64 * factor) as u64).max(1)
+}
+
+impl LoadSensitivity {
+    /// The latency factor with `sent` attempts in the window.
+    fn factor(&self, sent: usize) -> f64 {
+        let capacity = self.capacity_per_sec * self.window_ns as f64 / SEC as f64;
+        let rho = (sent as f64 / capacity).min(0.995);
+        1.0 / (1.0 - rho)
+    }
+}
+
 /// The backend every attempt goes to.
 #[derive(Clone, Debug)]
 pub struct Backend {
@@ -312,6 +338,8 @@ pub struct Backend {
     pub replicas: Vec<Replica>,
     /// Attempts that fail fast, if any.
     pub failures: Option<FastFailures>,
+    /// Latency that rises with load, if any.
+    pub load: Option<LoadSensitivity>,
 }
 
 /// One attempt's fate, drawn when it is sent.
@@ -337,6 +365,7 @@ impl Backend {
             slowdowns: Vec::new(),
             replicas: Vec::new(),
             failures: None,
+            load: None,
         }
     }
 
@@ -374,6 +403,12 @@ impl Backend {
     /// The same backend served by these replicas.
     pub fn with_replicas(mut self, replicas: Vec<Replica>) -> Self {
         self.replicas = replicas;
+        self
+    }
+
+    /// The same backend, its latency rising with load as `load` says.
+    pub fn with_load(mut self, load: LoadSensitivity) -> Self {
+        self.load = Some(load);
         self
     }
 
@@ -1155,6 +1190,9 @@ pub struct Second {
     /// Backend requests started (primaries; a caller retry is a new
     /// request).
     pub requests: u64,
+    /// The same, in each tenth of the second (the default budget's bank
+    /// windows).
+    pub by_tenth: [u64; 10],
     /// Hedges sent (on the timer, or released by a failure).
     pub hedges: u64,
     /// The client's hedge delay at the last request start in that second.
@@ -1223,6 +1261,9 @@ impl Outcome {
         }
         for (mine, theirs) in self.per_second.iter_mut().zip(other.per_second) {
             mine.requests += theirs.requests;
+            for (m, t) in mine.by_tenth.iter_mut().zip(theirs.by_tenth) {
+                *m += t;
+            }
             mine.hedges += theirs.hedges;
             mine.delay_ns = mine.delay_ns.or(theirs.delay_ns);
         }
@@ -1316,6 +1357,8 @@ struct Engine<'a, C: Client> {
     issued: u64,
     next_sample: u64,
     out: Outcome,
+    /// Send times within the load window of a load-sensitive backend.
+    recent: VecDeque<u64>,
 }
 
 /// The slot number of arrival events.
@@ -1346,6 +1389,7 @@ pub fn simulate<C: Client>(
         issued: 0,
         next_sample: 0,
         out: Outcome::default(),
+        recent: VecDeque::new(),
     };
     match workload.arrivals {
         Arrivals::ClosedLoop { workers } => {
@@ -1472,6 +1516,7 @@ impl<C: Client> Engine<'_, C> {
         self.out.requests += 1;
         let second = self.second(now);
         second.requests += 1;
+        second.by_tenth[((now % SEC) / (SEC / 10)) as usize] += 1;
         second.delay_ns = delay;
         let sub = Sub {
             req,
@@ -1554,12 +1599,22 @@ impl<C: Client> Engine<'_, C> {
     }
 
     fn send(&mut self, slot: usize, attempt: u8, replica: u32, now: u64) {
-        let draw = if self.open_loop {
+        let mut draw = if self.open_loop {
             let mut rng = self.keyed_rng(slot, attempt, STREAM_LATENCY);
             self.backend.draw_on(&mut rng, now, replica)
         } else {
             self.backend.draw_on(&mut self.rng, now, replica)
         };
+        if let Some(load) = self.backend.load {
+            self.recent.push_back(now);
+            let since = now.saturating_sub(load.window_ns);
+            while self.recent.front().is_some_and(|&t| t < since) {
+                self.recent.pop_front();
+            }
+            let factor = load.factor(self.recent.len());
+            draw.answer_ns = stretched(draw.answer_ns, factor);
+            draw.headers_ns = draw.headers_ns.map(|h| stretched(h, factor));
+        }
         let sub = self.sub(slot);
         sub.attempts[usize::from(attempt)] = Live {
             sent_at: now,

@@ -6,8 +6,9 @@
 
 use crate::engine::{
     data_driven_share, origin_share, poisson_pauses, quantiles, quantiles_between, simulate,
-    Backend, Client, DelayOrigin, GoReference, HeaderCalibrated, Latency, LogNormal, Ours, Outcome,
-    Popularity, Quantiles, Replica, Rng, Routing, Second, Signal, UserRecord, Workload, MS, SEC,
+    Backend, Client, DelayOrigin, GoReference, HeaderCalibrated, Latency, LoadSensitivity,
+    LogNormal, Ours, Outcome, Popularity, Quantiles, Replica, Rng, Routing, Second, Signal,
+    UserRecord, Workload, MS, SEC,
 };
 use tailguard::budget::{Budget, RatioBudget, UNITS_PER_TOKEN};
 use tailguard::hedge::{Failure, HedgeConfig, HedgeStats};
@@ -88,7 +89,7 @@ fn ours_row(name: &str, mut client: Ours, backend: &Backend, w: Workload, seed: 
 
 /// A client of ours with `config` and the default budget
 /// ([`RatioBudget::default`]: [`RatioBudget::DEFAULT_SHARE_BPS`] of traffic,
-/// a bank of the last second's earnings, at least
+/// a bank of the last 100 ms of earnings, at least
 /// [`RatioBudget::DEFAULT_FLOOR_TOKENS`] tokens).
 pub fn ours(config: HedgeConfig) -> Ours {
     ours_with(config, Budget::default(), Signal::Answer)
@@ -196,19 +197,38 @@ impl Allowance {
 }
 
 /// The allowance of `budget` (no reserve; a fixed cap, or a traffic-scaled
-/// bank whose window is one second, so that its windows are the run's
-/// seconds) in each second of a run of one shared budget, from the run's
-/// per-second requests (one deposit each) and hedges (one token each).
+/// bank whose window is a second or a tenth of one, so that its windows
+/// are the run's seconds or their tenths) in each second of a run of one
+/// shared budget, from the run's per-second requests (one deposit each)
+/// and hedges (one token each).
 pub fn allowances(budget: &RatioBudget, per_second: &[Second]) -> Vec<Allowance> {
-    assert!(
-        matches!(budget.bank_window_ns(), None | Some(SEC)),
-        "a bank window of one second (or a fixed cap)"
-    );
+    let tenths = match budget.bank_window_ns() {
+        None | Some(SEC) => false,
+        Some(w) if w == SEC / 10 => true,
+        Some(w) => panic!("a bank window of 1 s or 100 ms (or a fixed cap), not {w} ns"),
+    };
     assert!(budget.reserve().is_none(), "no reserve");
     let share = u64::from(budget.share_bps());
-    let cap = |n: u64, before: u64| match budget.bank_window_ns() {
+    // The cap at the last deposit of second `t`: the share of the larger
+    // count of that deposit's window and the one before, or the floor.
+    let cap = |t: usize| match budget.bank_window_ns() {
         None => budget.floor_units(),
-        Some(_) => budget.floor_units().max(share * n.max(before)),
+        Some(_) => {
+            let s = &per_second[t];
+            let before = t.checked_sub(1).map(|b| &per_second[b]);
+            let (n, prior) = if tenths {
+                // `s` has a deposit: some tenth is not empty.
+                let j = s.by_tenth.iter().rposition(|&n| n > 0).unwrap_or(0);
+                let prior = match j.checked_sub(1) {
+                    Some(i) => s.by_tenth[i],
+                    None => before.map_or(0, |b| b.by_tenth[9]),
+                };
+                (s.by_tenth[j], prior)
+            } else {
+                (s.requests, before.map_or(0, |b| b.requests))
+            };
+            budget.floor_units().max(share * n.max(prior))
+        }
     };
     let (mut earned, mut spent) = (0u64, 0u64);
     // The cap of the latest deposit so far (the balance is at most that).
@@ -223,8 +243,7 @@ pub fn allowances(budget: &RatioBudget, per_second: &[Second]) -> Vec<Allowance>
         earned += share * s.requests;
         spent += UNITS_PER_TOKEN * s.hedges;
         if s.requests > 0 {
-            let before = t.checked_sub(1).map_or(0, |b| per_second[b].requests);
-            last_cap = cap(s.requests, before);
+            last_cap = cap(t);
         }
     }
     out
@@ -866,6 +885,9 @@ pub fn correlated_backend(p: &CorrelatedParams, seed: u64) -> Backend {
     Backend::article(0.0).with_replicas(replicas)
 }
 
+/// The correlated scenario's row with a one-second bank window.
+pub const SECOND_BANK_ROW: &str = "adaptive p90 (ours, 15 %, bank of 1 s)";
+
 /// Open-loop arrivals spread over replicas that each pause now and then; a
 /// hedge goes to another replica than its primary.
 pub fn correlated(params: CorrelatedParams, sweep: &[u64], seed: u64) -> Correlated {
@@ -883,6 +905,17 @@ pub fn correlated(params: CorrelatedParams, sweep: &[u64], seed: u64) -> Correla
                 traffic_scaled(TIGHT_SHARE_BPS),
                 Signal::Answer,
             )
+        }),
+        // A bank of a second's earnings: more hedges for a pause, and no
+        // guard against load that slows the backend (see the budget docs).
+        setup.run(SECOND_BANK_ROW, || {
+            let budget = RatioBudget::with_bank_window(
+                RatioBudget::DEFAULT_SHARE_BPS,
+                RatioBudget::DEFAULT_FLOOR_TOKENS,
+                SEC,
+            )
+            .expect("valid budget");
+            ours_with(HedgeConfig::DEFAULT, Budget::Ratio(budget), Signal::Answer)
         }),
     ];
     let (best, sweep) = setup.oracle(|d| ours(static_delay(d)), sweep);
@@ -1299,4 +1332,78 @@ pub fn failures(run_ns: u64, sweep: &[u64], seed: u64) -> Failures {
         rows,
         sweep,
     }
+}
+
+// ---------------------------------------------------------------------------
+// overload: a backend whose latency rises with its load
+// ---------------------------------------------------------------------------
+
+/// Attempts a second at which the overload runs' backend saturates.
+pub const OVERLOAD_CAPACITY: f64 = 10_000.0;
+
+/// The overload runs' backend: lognormal (median 2 ms, σ ≈ 0.3), 3 % of
+/// attempts ×8, stretched by `1 / (1 − ρ)` for the attempts sent in the
+/// last 100 ms against [`OVERLOAD_CAPACITY`].
+pub fn overload_backend() -> Backend {
+    Backend::new(Latency::Plain {
+        base: LogNormal::from_mean_sd(2.1, 0.64),
+        slow_prob: 0.03,
+        slow_factor: 8.0,
+    })
+    .with_load(LoadSensitivity {
+        capacity_per_sec: OVERLOAD_CAPACITY,
+        window_ns: 100 * MS,
+    })
+}
+
+/// One utilisation's runs.
+#[derive(Clone, Debug)]
+pub struct Overload {
+    /// Primaries a second over the capacity.
+    pub utilisation: f64,
+    /// No hedging, then our rows.
+    pub rows: Vec<Row>,
+}
+
+/// Open loop at each of `utilisations` of the backend's capacity for
+/// `run_ns`: no hedging, and adaptive p90 with the default budget, with a
+/// bank of a second's earnings, and with a fixed cap of 10 tokens.
+pub fn overload(utilisations: &[f64], run_ns: u64, seed: u64) -> Vec<Overload> {
+    let backend = overload_backend();
+    utilisations
+        .iter()
+        .map(|&u| {
+            let w = Workload::open_loop(u * OVERLOAD_CAPACITY, run_ns);
+            let second_bank = || {
+                Budget::Ratio(
+                    RatioBudget::with_bank_window(
+                        RatioBudget::DEFAULT_SHARE_BPS,
+                        RatioBudget::DEFAULT_FLOOR_TOKENS,
+                        SEC,
+                    )
+                    .expect("valid budget"),
+                )
+            };
+            let run = |name: &str, client: Ours| ours_row(name, client, &backend, w, seed);
+            Overload {
+                utilisation: u,
+                rows: vec![
+                    run("no hedging", ours(no_hedging())),
+                    run("adaptive p90 (ours, default)", ours(HedgeConfig::DEFAULT)),
+                    run(
+                        SECOND_BANK_ROW,
+                        ours_with(HedgeConfig::DEFAULT, second_bank(), Signal::Answer),
+                    ),
+                    run(
+                        "adaptive p90 (ours, 15 %, fixed cap 10 tokens)",
+                        ours_with(
+                            HedgeConfig::DEFAULT,
+                            fixed_cap(RatioBudget::DEFAULT_SHARE_BPS, 10),
+                            Signal::Answer,
+                        ),
+                    ),
+                ],
+            }
+        })
+        .collect()
 }
