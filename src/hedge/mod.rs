@@ -67,6 +67,17 @@
 //! spread 2–14 ms; a p90 about 1 %). Give busy targets windows of their own
 //! (`T`) and treat the aggregate as the fallback it is.
 //!
+//! It also takes a request's attempts to be independent draws. Where they
+//! are not (a request that is slow on every replica: a heavy query, a cold
+//! key), a hedge goes out only when its primary is slow, so its own answer
+//! is slow more often than one attempt in general, and the window holds
+//! more slow answers than the backend gives: the delay reads above the
+//! quantile of one attempt, several times above when a few per cent of
+//! requests are slow on every attempt and the quantile lies below them.
+//! There hedging cannot help anyway (every attempt of such a request is
+//! slow), and the higher delay sends fewer hedges for nothing; attempts
+//! only partly correlated lean the delay high by a few per cent.
+//!
 //! Kaplan–Meier sees only as far as answers reach. Where the delay starts
 //! below the true quantile and every attempt slower than "delay + a
 //! hedge's latency" is cancelled, the tail above that is only ever seen
