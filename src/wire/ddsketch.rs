@@ -1012,7 +1012,10 @@ mod tests {
     fn climbing_keys_cost_a_pass_each<P: Store>(step: i32) {
         let mapping = LogarithmicMapping::new(1e-4).unwrap();
         let start = if step > 0 { -1_000_000 } else { 1_000_000 };
-        let keys: Vec<i32> = (0..2_000).map(|i| start + i * step).collect();
+        // Fewer under Miri, where each key's float index is emulated: the
+        // bound still sits far below a fold a key.
+        let n = if cfg!(miri) { 100 } else { 2_000 };
+        let keys: Vec<i32> = (0..n).map(|i| start + i * step).collect();
         let bytes = sparse::<P>(mapping, &keys);
         probe::take();
         let (sketch, _): (DDSketch<LogarithmicMapping, P>, _) =
