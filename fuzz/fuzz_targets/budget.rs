@@ -231,9 +231,13 @@ fuzz_target!(|input: Input| {
         marks: [(0, 0); 2],
     });
     if let Some(r) = &ratio {
-        let w = input
-            .bank_window
-            .map(|w| if w == 0 { 1_000_000_000 } else { w });
+        let w = input.bank_window.map(|w| {
+            if w == 0 {
+                RatioBudget::DEFAULT_BANK_WINDOW_NS
+            } else {
+                w
+            }
+        });
         assert_eq!(r.bank_window_ns(), w);
     }
     let mut reserve_model = None;
