@@ -191,6 +191,7 @@ impl<
     }
 
     /// `attempt` gave its commit signal ([`SharedHedger::on_commit`]).
+    #[inline]
     pub fn on_commit(&mut self, attempt: Attempt) -> CommitOutcome {
         let now = self.clock.now_ns();
         self.hedger.on_commit(&mut self.request, attempt, now)
@@ -240,9 +241,12 @@ impl<
         M: IndexMapping + FromRelativeAccuracy + 'static,
     > Drop for RequestGuard<C, B, T, M>
 {
+    #[inline]
     fn drop(&mut self) {
         // Finished requests hold nothing: no clock read, no event.
-        let _ = self.abandon();
+        if !self.request.is_finished() {
+            let _ = self.abandon();
+        }
     }
 }
 

@@ -343,6 +343,9 @@ where
     M: IndexMapping + FromRelativeAccuracy + 'static,
 {
     /// Reports `attempt`'s result to the hedger and acts on its decision.
+    /// Inlined (into both call sites of `poll`): a commit is every
+    /// request's last event; the error paths stay out of line.
+    #[inline(always)]
     fn settle<R>(
         &mut self,
         attempt: Attempt,
@@ -354,7 +357,19 @@ where
                 // Cannot happen while racing; the answer is not ours.
                 CommitOutcome::Late | CommitOutcome::Unknown => Settled::Racing,
             },
-            Err(AttemptError::Failed(error)) => {
+            Err(error) => self.settle_error(attempt, error),
+        }
+    }
+
+    /// [`settle`](Self::settle) for an attempt that ended in an error.
+    #[inline(never)]
+    fn settle_error<R>(
+        &mut self,
+        attempt: Attempt,
+        error: AttemptError<S::Error>,
+    ) -> Settled<R, S::Error> {
+        match error {
+            AttemptError::Failed(error) => {
                 let failure = self.policy.failure(&error);
                 self.fail(attempt, failure, error)
             }
@@ -362,7 +377,7 @@ where
             // releases at once): it counts, but no further attempt does. A
             // failure that never went out, whatever the error says: it
             // fails the request only once nothing else is in flight.
-            Err(AttemptError::Unsent(error)) => {
+            AttemptError::Unsent(error) => {
                 self.stop();
                 self.fail(attempt, Failure::Retryable, error)
             }

@@ -295,7 +295,7 @@ impl<B: HedgeBudget, const T: usize, M: IndexMapping> SharedHedger<B, T, M> {
     /// Starts a request to `target` at `now`: the caller sends the primary
     /// and arms a timer at [`Request::next_timer`] if it is `Some`.
     /// [`Request::plan`] says what was decided and why.
-    #[inline]
+    #[inline(always)]
     pub fn start(&self, target: usize, now: u64, idempotency: Idempotency) -> Request<usize> {
         let lane = self.lanes.mine();
         let undeposited = lane.request();
@@ -318,7 +318,7 @@ impl<B: HedgeBudget, const T: usize, M: IndexMapping> SharedHedger<B, T, M> {
     }
 
     /// `attempt` of `request` gave its commit signal at `now`.
-    #[inline]
+    #[inline(always)]
     pub fn on_commit(
         &self,
         request: &mut Request<usize>,
