@@ -618,11 +618,11 @@ impl AtomicWindow {
             let stored = self.time.0.load(Ordering::Relaxed);
             let mut time = stored;
             let start = self.start.load(Ordering::Relaxed);
-            // The sample times at which `advance` would act: after an idle
-            // gap, before the stale bound, or at the period's end once the
-            // half holds `min_samples`.
-            let mut idle_at = time.saturating_add(idle);
-            let mut stale_below = time.saturating_sub(idle);
+            // The sample times at which `advance` would act: more than
+            // `idle` from the window's time either way (an idle gap ahead,
+            // a stale timestamp behind: `time ± idle`, saturating, bound
+            // the same samples), or at the period's end once the half
+            // holds `min_samples`.
             let rotate_at = start.saturating_add(period);
             let (current, _) = self.halves();
             let next_check = self.next_check.load(Ordering::Relaxed);
@@ -637,8 +637,7 @@ impl AtomicWindow {
                 }
             };
             for (i, (now, elapsed, exact)) in samples.by_ref() {
-                let event = now > idle_at
-                    || now < stale_below
+                let event = now.abs_diff(time) > idle
                     || (now >= rotate_at && exact_count >= warm)
                     || self.generation.load(Ordering::Relaxed) != generation;
                 if event {
@@ -650,11 +649,7 @@ impl AtomicWindow {
                     }
                     continue 'batch;
                 }
-                if now > time {
-                    time = now;
-                    idle_at = time.saturating_add(idle);
-                    stale_below = time.saturating_sub(idle);
-                }
+                time = time.max(now);
                 let (side, gathered) = if exact {
                     (&current.exact, &mut exact_side)
                 } else {
