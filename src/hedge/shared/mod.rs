@@ -582,6 +582,34 @@ struct Here<'a, B: HedgeBudget, const T: usize, M: IndexMapping> {
     lane: &'a Lane,
 }
 
+impl<B: HedgeBudget, const T: usize, M: IndexMapping> Here<'_, B, T, M> {
+    /// Records a sample: into this thread's lane (publishing the batch it
+    /// completes, if due), or into the windows now (no batching, or the
+    /// lane is another thread's at this moment).
+    #[inline(always)]
+    fn buffer_sample(&mut self, target: usize, now: u64, elapsed: u64, exact: bool) -> bool {
+        let h = self.hedger;
+        if h.batch > 1 {
+            if let Some(locked) = self.lane.try_lock() {
+                let sample = Sample {
+                    at: now,
+                    elapsed,
+                    target: target.min(T),
+                    exact,
+                };
+                if locked.push(sample) {
+                    // Published with the batch it completes: refused or not.
+                    return !h.due(&locked, target, now) || h.publish(&locked, now, true);
+                }
+                // Full (a batch is at most the lane's size: not reached).
+                h.publish(&locked, now, false);
+            }
+        }
+        // No batching, or the lane is another thread's at this moment.
+        h.record_now(target, now, elapsed, exact)
+    }
+}
+
 impl<B: HedgeBudget, const T: usize, M: IndexMapping> Core<usize> for Here<'_, B, T, M> {
     #[inline]
     fn config(&self) -> &HedgeConfig {
@@ -622,27 +650,15 @@ impl<B: HedgeBudget, const T: usize, M: IndexMapping> Core<usize> for Here<'_, B
 
     #[inline]
     fn record_sample(&mut self, target: usize, now: u64, elapsed: u64, exact: bool) -> bool {
-        let h = self.hedger;
-        if h.batch > 1 {
-            if let Some(locked) = self.lane.try_lock() {
-                let sample = Sample {
-                    at: now,
-                    elapsed,
-                    target: target.min(T),
-                    exact,
-                };
-                if locked.push(sample) {
-                    // Published with the batch it completes: refused or not.
-                    return !h.due(&locked, target, now) || h.publish(&locked, now, true);
-                }
-                // Full (a batch is at most the lane's size: not reached).
-                h.publish(&locked, now, false);
-            }
-        }
-        // No batching, or the lane is another thread's at this moment.
-        h.record_now(target, now, elapsed, exact)
+        self.buffer_sample(target, now, elapsed, exact)
     }
 
+    /// Inlined into the commit of most requests (the sole primary's).
+    #[cfg_attr(target_pointer_width = "64", inline(always))]
+    #[cfg_attr(not(target_pointer_width = "64"), inline)]
+    fn record_answer(&mut self, target: usize, now: u64, elapsed: u64) -> bool {
+        self.buffer_sample(target, now, elapsed, true)
+    }
     #[inline(always)]
     fn bump(&mut self, stat: Stat) {
         self.lane.bump(stat);
