@@ -197,45 +197,60 @@ impl AtomicSide {
         true
     }
 
-    /// The bucket part of [`add`](Self::add): `Some(slot)` for a sample
-    /// counted in bucket `slot`, `Some(None)` for one of the zero bucket
+    /// The bucket part of [`add`](Self::add): `Some(true)` for a sample
+    /// counted in its bucket, `Some(false)` for one of the zero bucket
     /// (not counted yet), `None` if its bucket is full. The rest of `add`
     /// waits in a [`Pending`].
     #[inline]
-    fn add_to_bucket<M: IndexMapping>(&self, p: &Params<M>, value: u64) -> Option<Option<usize>> {
+    fn add_to_bucket<M: IndexMapping>(&self, p: &Params<M>, value: u64) -> Option<bool> {
         let Some(key) = p.mapping.index_u64(value) else {
-            return Some(None);
+            return Some(false);
         };
-        let slot = p.slot(key);
-        if let Some(bucket) = self.buckets.get(slot) {
+        if let Some(bucket) = self.buckets.get(p.slot(key)) {
             if bucket.fetch_add(1, Ordering::Relaxed) >= BUCKET_LIMIT {
                 bucket.fetch_sub(1, Ordering::Relaxed);
                 return None;
             }
         }
-        Some(Some(slot))
+        Some(true)
     }
 
-    /// Adds what `pending` gathered: counts, zero samples, ends.
-    fn apply(&self, pending: &Pending) {
+    /// Adds what `pending` gathered: counts, zero samples, the ends of the
+    /// occupied buckets and, with `extremes` (the exact side), of the
+    /// samples.
+    fn apply<M: IndexMapping>(&self, p: &Params<M>, pending: &Pending, extremes: bool) {
         if pending.count == 0 {
             return;
         }
         if pending.zero > 0 {
             self.zero.fetch_add(pending.zero, Ordering::Relaxed);
         }
-        if pending.lo < self.lo.load(Ordering::Relaxed) {
-            self.lo.fetch_min(pending.lo, Ordering::Relaxed);
-        }
-        if pending.hi > self.hi.load(Ordering::Relaxed) && pending.lo <= pending.hi {
-            self.hi.fetch_max(pending.hi, Ordering::Relaxed);
+        if pending.count > pending.zero {
+            // The buckets the batch filled lie between those of its
+            // smallest and largest samples (the mapping is monotonic). A
+            // smallest sample of the zero bucket bounds nothing: the range
+            // then starts at the first bucket, which only makes a walk pass
+            // over empty buckets (and likewise at the top).
+            let bucket = |value: u64, none: usize| {
+                p.mapping.index_u64(value).map_or(none, |key| p.slot(key))
+            };
+            let lo = bucket(pending.min, 0);
+            let hi = bucket(pending.max, BUCKETS - 1);
+            if lo < self.lo.load(Ordering::Relaxed) {
+                self.lo.fetch_min(lo, Ordering::Relaxed);
+            }
+            if hi > self.hi.load(Ordering::Relaxed) {
+                self.hi.fetch_max(hi, Ordering::Relaxed);
+            }
         }
         self.count.fetch_add(pending.count, Ordering::Relaxed);
-        if pending.min < self.min.load(Ordering::Relaxed) {
-            self.min.fetch_min(pending.min, Ordering::Relaxed);
-        }
-        if pending.max > self.max.load(Ordering::Relaxed) && pending.min <= pending.max {
-            self.max.fetch_max(pending.max, Ordering::Relaxed);
+        if extremes {
+            if pending.min < self.min.load(Ordering::Relaxed) {
+                self.min.fetch_min(pending.min, Ordering::Relaxed);
+            }
+            if pending.max > self.max.load(Ordering::Relaxed) {
+                self.max.fetch_max(pending.max, Ordering::Relaxed);
+            }
         }
     }
 
@@ -267,13 +282,14 @@ impl AtomicSide {
     }
 }
 
-/// What a batch has added to one side and not yet to its counts and ends.
+/// What a batch has added to one side's buckets and not yet to its counts
+/// and ends: two comparisons a sample; the ends of the occupied buckets
+/// follow from those of the samples, and the count from the window's
+/// running counts, when the batch is published.
 #[derive(Clone, Copy, Debug)]
 struct Pending {
     count: u64,
     zero: u64,
-    lo: usize,
-    hi: usize,
     min: u64,
     max: u64,
 }
@@ -282,29 +298,19 @@ impl Pending {
     const NONE: Self = Self {
         count: 0,
         zero: 0,
-        lo: BUCKETS,
-        hi: 0,
         min: u64::MAX,
         max: 0,
     };
 
-    /// Notes a sample of `value` counted in bucket `slot` (`None`: the zero
-    /// bucket); its extremes only for the exact side.
+    /// Notes a sample of `value` (`keyed`: counted in a bucket; else one of
+    /// the zero bucket). Not its count (see above).
     #[inline]
-    fn note(&mut self, slot: Option<usize>, value: u64, extremes: bool) {
-        // At most a batch: no overflow.
-        self.count = self.count.wrapping_add(1);
-        match slot {
-            Some(slot) => {
-                self.lo = self.lo.min(slot);
-                self.hi = self.hi.max(slot);
-            }
-            None => self.zero = self.zero.wrapping_add(1),
+    fn note(&mut self, value: u64, keyed: bool) {
+        if !keyed {
+            self.zero = self.zero.wrapping_add(1);
         }
-        if extremes {
-            self.min = self.min.min(value);
-            self.max = self.max.max(value);
-        }
+        self.min = self.min.min(value);
+        self.max = self.max.max(value);
     }
 }
 
@@ -628,10 +634,16 @@ impl AtomicWindow {
             let next_check = self.next_check.load(Ordering::Relaxed);
             let mut exact_count = current.exact.count();
             let mut count = exact_count.saturating_add(current.censored.count());
+            // Each side's count is what the batch added to the counts.
+            let (exact_from, censored_from) = (exact_count, count.wrapping_sub(exact_count));
             let (mut exact_side, mut censored_side) = (Pending::NONE, Pending::NONE);
-            let publish = |e: &Pending, c: &Pending, time: u64| {
-                current.exact.apply(e);
-                current.censored.apply(c);
+            let publish = |mut e: Pending, mut c: Pending, count: u64, exact_count: u64, time| {
+                e.count = exact_count.wrapping_sub(exact_from);
+                c.count = count
+                    .wrapping_sub(exact_count)
+                    .wrapping_sub(censored_from);
+                current.exact.apply(p, &e, true);
+                current.censored.apply(p, &c, false);
                 if time != stored {
                     self.time.0.fetch_max(time, Ordering::Relaxed);
                 }
@@ -643,33 +655,37 @@ impl AtomicWindow {
                 if event {
                     // Time moves the window (or another thread did): as one
                     // `record`, on the window's stored state.
-                    publish(&exact_side, &censored_side, time);
+                    publish(exact_side, censored_side, count, exact_count, time);
                     if !self.record(p, now, elapsed, exact) {
                         refused(i, exact);
                     }
                     continue 'batch;
                 }
                 time = time.max(now);
-                let (side, gathered) = if exact {
-                    (&current.exact, &mut exact_side)
+                // Each side's own code: its pending ends stay in registers.
+                if exact {
+                    let Some(keyed) = current.exact.add_to_bucket(p, elapsed) else {
+                        refused(i, exact);
+                        continue;
+                    };
+                    exact_side.note(elapsed, keyed);
                 } else {
-                    (&current.censored, &mut censored_side)
-                };
-                let Some(slot) = side.add_to_bucket(p, elapsed) else {
-                    refused(i, exact);
-                    continue;
-                };
-                gathered.note(slot, elapsed, exact);
+                    let Some(keyed) = current.censored.add_to_bucket(p, elapsed) else {
+                        refused(i, exact);
+                        continue;
+                    };
+                    censored_side.note(elapsed, keyed);
+                }
                 // At most the samples of a batch more: no overflow.
                 count = count.wrapping_add(1);
                 exact_count = exact_count.wrapping_add(u64::from(exact));
                 if count >= next_check {
-                    publish(&exact_side, &censored_side, time);
+                    publish(exact_side, censored_side, count, exact_count, time);
                     self.check(p);
                     continue 'batch;
                 }
             }
-            publish(&exact_side, &censored_side, time);
+            publish(exact_side, censored_side, count, exact_count, time);
             return;
         }
         // Not started: the first sample starts the window.
@@ -976,6 +992,60 @@ mod tests {
         let largest = 1_000 + per.min(50).saturating_sub(1) * 1_000;
         let q = w.cached_quantile().unwrap();
         assert!(q >= largest * 9 / 10 && q <= largest + largest / 100, "{q}");
+    }
+
+    /// A batch (zero-bucket samples, far outliers, censored samples among
+    /// them) leaves the same counts, extremes and estimate as its samples
+    /// recorded one by one, and occupied-bucket ranges that hold every
+    /// counted bucket (a batch's may start lower: its ends come from its
+    /// smallest and largest samples, and a sample of 0 bounds nothing).
+    #[test]
+    fn a_batch_leaves_what_its_samples_one_by_one_leave() {
+        const MS: u64 = 1_000_000;
+        let p = params(HedgeConfig::DEFAULT.min_samples(1));
+        let (batched, single) = (AtomicWindow::new(), AtomicWindow::new());
+        for w in [&batched, &single] {
+            assert!(w.record(&p, 0, 3 * MS, true));
+        }
+        let samples: std::vec::Vec<(u64, u64, bool)> = (1..60u64)
+            .map(|i| {
+                let v = match i % 7 {
+                    0 => 0,
+                    3 => 40 * MS,
+                    _ => (i % 13 + 1) * 100_000,
+                };
+                (i * 1_000, v, i % 5 != 0)
+            })
+            .collect();
+        batched.record_batch(&p, samples.iter().copied(), |i, _| {
+            panic!("sample {i} refused")
+        });
+        for &(now, v, exact) in &samples {
+            assert!(single.record(&p, now, v, exact));
+        }
+        assert_eq!(batched.bucket_totals(), single.bucket_totals());
+        assert_eq!(
+            (batched.count(), batched.exact_count()),
+            (single.count(), single.exact_count())
+        );
+        let (b, s) = (batched.halves().0, single.halves().0);
+        for (b, s) in [(&b.exact, &s.exact), (&b.censored, &s.censored)] {
+            let load = |x: &AtomicU64| x.load(Ordering::Relaxed);
+            assert_eq!(
+                (load(&b.zero), load(&b.min), load(&b.max)),
+                (load(&s.zero), load(&s.min), load(&s.max))
+            );
+            let (lo, hi) = (b.lo.load(Ordering::Relaxed), b.hi.load(Ordering::Relaxed));
+            for (i, c) in b.buckets.iter().enumerate() {
+                if c.load(Ordering::Relaxed) > 0 {
+                    assert!((lo..=hi).contains(&i), "bucket {i} outside {lo}..={hi}");
+                }
+            }
+        }
+        batched.refresh(&p);
+        single.refresh(&p);
+        assert!(single.cached_quantile().is_some());
+        assert_eq!(batched.cached_quantile(), single.cached_quantile());
     }
 
     #[test]
