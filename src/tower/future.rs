@@ -168,20 +168,24 @@ where
     B: HedgeBudget + 'static,
     M: IndexMapping + FromRelativeAccuracy + 'static,
 {
-    pub(crate) fn new(
-        primary: S::Future,
+    /// Starts the request's guard, then calls the primary (timed from
+    /// just before it goes out). Built in place, the guard (a few hundred
+    /// bytes) inside the future: no copy of it a request.
+    #[inline(always)]
+    pub(crate) fn start(
+        guard: impl FnOnce() -> RequestGuard<TokioClock, B, T, M>,
+        primary: impl FnOnce() -> S::Future,
         spare: Option<Spare<S, Req>>,
-        guard: RequestGuard<TokioClock, B, T, M>,
         policy: P,
         signal: C,
     ) -> Self {
         Self {
-            primary: AttemptFuture::calling(primary),
+            guard: guard(),
+            primary: AttemptFuture::calling(primary()),
             extras: Vec::new(),
             timer: Timer(None),
             spare,
             ready: None,
-            guard,
             policy,
             signal,
         }

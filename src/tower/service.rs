@@ -164,12 +164,12 @@ where
         } else {
             idempotency
         };
-        let guard = RequestGuard::start(self.hedger.clone(), self.clock, target, idempotency);
-        let primary = self.inner.call(request);
-        ResponseFuture::new(
-            primary,
+        let (hedger, clock) = (&self.hedger, self.clock);
+        let inner = &mut self.inner;
+        ResponseFuture::start(
+            || RequestGuard::start(hedger.clone(), clock, target, idempotency),
+            || inner.call(request),
             spare,
-            guard,
             self.policy.clone(),
             self.signal.clone(),
         )
