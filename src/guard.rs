@@ -214,6 +214,14 @@ impl<
         self.hedger.abandon(&mut self.request, now)
     }
 
+    /// [`abandon`](Self::abandon) for a guard dropped before its request
+    /// finished.
+    #[cold]
+    #[inline(never)]
+    fn abandon_on_drop(&mut self) {
+        let _ = self.abandon();
+    }
+
     /// No further attempt can be sent (the caller has nothing left to copy
     /// them from): the hedger releases none from here on, neither hedge
     /// nor retry, so none takes a budget token or an in-flight place.
@@ -243,9 +251,10 @@ impl<
 {
     #[inline]
     fn drop(&mut self) {
-        // Finished requests hold nothing: no clock read, no event.
+        // Finished requests hold nothing: no clock read, no event (and the
+        // check alone inlined: the abandon is out of line).
         if !self.request.is_finished() {
-            let _ = self.abandon();
+            self.abandon_on_drop();
         }
     }
 }
