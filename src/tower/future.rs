@@ -8,7 +8,7 @@ use std::boxed::Box;
 use std::vec::Vec;
 
 use pin_project_lite::pin_project;
-use tokio::time::{sleep_until, Sleep};
+use tokio::time::{sleep_until, Instant, Sleep};
 use tower_service::Service;
 
 use super::clock::TokioClock;
@@ -98,26 +98,72 @@ pub(crate) enum AttemptError<E> {
     Failed(E),
 }
 
-/// The hedge timer, built (boxed: it is large, and rare) only when a hedge
-/// is first due, then moved as the hedger says.
-#[derive(Debug, Default)]
-struct Timer(Option<(Pin<Box<Sleep>>, u64)>);
+pin_project! {
+    /// What a request needs only once a hedge is due or an extra attempt
+    /// goes out: the hedge timer, the extra attempts and the service clone
+    /// being readied. Built (one allocation, as the timer alone needs) at
+    /// first need: a request answered at its first poll, or one that will
+    /// not hedge, never builds it, and its future drops one pointer.
+    struct Race<S, Req, F>
+    where
+        S: Service<Req>,
+    {
+        #[pin]
+        sleep: Sleep,
+        // The clock reading `sleep` is armed at; `None` until a hedge is due.
+        armed: Option<u64>,
+        extras: Vec<Extra<S, Req, F>>,
+        // A clone of the service for the hedge that is due, being readied.
+        ready: Option<S>,
+    }
+}
 
-impl Timer {
-    /// Polls a timer armed at `at` (clock nanoseconds), arming or moving
-    /// it first. Ready once `at` has passed.
-    fn poll_at(&mut self, cx: &mut Context<'_>, clock: &TokioClock, at: u64) -> Poll<()> {
+/// A request's [`Race`], if built.
+type RaceSlot<S, Req, F> = Option<Pin<Box<Race<S, Req, F>>>>;
+
+impl<S: Service<Req>, Req, F> Race<S, Req, F> {
+    fn new(deadline: Instant, armed: Option<u64>) -> Pin<Box<Self>> {
+        Box::pin(Self {
+            sleep: sleep_until(deadline),
+            armed,
+            extras: Vec::new(),
+            ready: None,
+        })
+    }
+
+    /// The race in `slot`, built (its timer unarmed) if there is none.
+    fn of(slot: &mut RaceSlot<S, Req, F>) -> Pin<&mut Self> {
+        slot.get_or_insert_with(|| Self::new(Instant::now(), None))
+            .as_mut()
+    }
+
+    /// Polls the timer armed at `at` (clock nanoseconds), building the
+    /// race or moving its timer first. Ready once `at` has passed.
+    fn poll_at(
+        slot: &mut RaceSlot<S, Req, F>,
+        cx: &mut Context<'_>,
+        clock: &TokioClock,
+        at: u64,
+    ) -> Poll<()> {
         let Some(deadline) = clock.instant(at) else {
             return Poll::Pending; // beyond any `Instant`: never
         };
-        let (sleep, armed) = self
-            .0
-            .get_or_insert_with(|| (Box::pin(sleep_until(deadline)), at));
-        if *armed != at {
-            *armed = at;
-            sleep.as_mut().reset(deadline);
+        let mut race = slot
+            .get_or_insert_with(|| Self::new(deadline, Some(at)))
+            .as_mut()
+            .project();
+        if *race.armed != Some(at) {
+            *race.armed = Some(at);
+            race.sleep.as_mut().reset(deadline);
         }
-        sleep.as_mut().poll(cx)
+        race.sleep.poll(cx)
+    }
+
+    /// Lets the clone being readied go (and its place in the inner
+    /// service's queue); returns it.
+    fn take_ready(slot: &mut RaceSlot<S, Req, F>) -> Option<S> {
+        slot.as_mut()
+            .and_then(|race| race.as_mut().project().ready.take())
     }
 }
 
@@ -149,11 +195,8 @@ pin_project! {
     {
         #[pin]
         primary: AttemptFuture<S, Req, C::Future>,
-        extras: Vec<Extra<S, Req, C::Future>>,
-        timer: Timer,
+        race: RaceSlot<S, Req, C::Future>,
         spare: Option<Spare<S, Req>>,
-        // A clone of the service for the hedge that is due, being readied.
-        ready: Option<S>,
         guard: G,
         policy: P,
         signal: C,
@@ -182,10 +225,8 @@ where
         Self {
             guard: guard(),
             primary: AttemptFuture::calling(primary()),
-            extras: Vec::new(),
-            timer: Timer(None),
+            race: None,
             spare,
-            ready: None,
             policy,
             signal,
         }
@@ -217,9 +258,8 @@ where
         macro_rules! launch {
             () => {
                 Launch {
-                    extras: &mut *this.extras,
+                    race: &mut *this.race,
                     spare: &mut *this.spare,
-                    waiting: &mut *this.ready,
                     guard: &mut *this.guard,
                     policy: &*this.policy,
                 }
@@ -230,8 +270,11 @@ where
         // clone holds in the inner service's queue).
         macro_rules! finish {
             ($result:expr) => {{
-                this.extras.clear();
-                *this.ready = None;
+                if let Some(race) = this.race.as_mut() {
+                    let race = race.as_mut().project();
+                    race.extras.clear();
+                    *race.ready = None;
+                }
                 this.primary.set(AttemptFuture::Done);
                 Poll::Ready($result)
             }};
@@ -246,13 +289,17 @@ where
             // Extra attempts; those launched while polling are polled in
             // the same pass (their first poll registers the waker).
             let mut i = 0;
-            while let Some((attempt, future)) = this.extras.get_mut(i) {
+            while let Some(race) = this.race.as_mut() {
+                let extras = race.as_mut().project().extras;
+                let Some((attempt, future)) = extras.get_mut(i) else {
+                    break;
+                };
                 let attempt = *attempt;
                 let Poll::Ready(result) = future.as_mut().poll_attempt(cx, this.signal) else {
                     i = i.saturating_add(1);
                     continue;
                 };
-                this.extras.swap_remove(i);
+                extras.swap_remove(i);
                 if let Settled::Over(result) = launch!().settle(attempt, result) {
                     return finish!(result);
                 }
@@ -261,7 +308,7 @@ where
             // attempt a failure released, or hedging ended) lets its place
             // in the inner service's queue go.
             if this.guard.request().next_hedge_at.is_none() {
-                *this.ready = None;
+                Race::take_ready(this.race);
             }
             // The timer, only while one is due: none is built for a
             // request that will not hedge, or answers at its first poll.
@@ -269,7 +316,7 @@ where
                 return Poll::Pending;
             };
             let clock = *this.guard.clock();
-            if this.timer.poll_at(cx, &clock, at).is_pending() {
+            if Race::poll_at(this.race, cx, &clock, at).is_pending() {
                 return Poll::Pending;
             }
             // A hedge is due (not the deadline): it goes out on a clone of
@@ -282,7 +329,8 @@ where
                 request.next_hedge_at.is_some_and(|h| h <= at) && deadline.is_none_or(|g| g > at);
             let mut readied = false;
             if let (true, Some(spare)) = (hedge_due, this.spare.as_ref()) {
-                let service = this.ready.get_or_insert_with(|| spare.service.clone());
+                let race = Race::of(this.race).project();
+                let service = race.ready.get_or_insert_with(|| spare.service.clone());
                 match service.poll_ready(cx) {
                     Poll::Ready(Ok(())) => readied = true,
                     // The hedge cannot go out: it is not released (no
@@ -294,8 +342,8 @@ where
                     // Waiting for readiness: only the deadline ends that
                     // (`on_timer` below then gives up).
                     Poll::Pending => {
-                        let expired =
-                            deadline.is_some_and(|g| this.timer.poll_at(cx, &clock, g).is_ready());
+                        let expired = deadline
+                            .is_some_and(|g| Race::poll_at(this.race, cx, &clock, g).is_ready());
                         if !expired {
                             return Poll::Pending;
                         }
@@ -304,7 +352,11 @@ where
             }
             match this.guard.on_timer() {
                 TimerAction::SendHedge(attempt) => {
-                    let readied = if readied { this.ready.take() } else { None };
+                    let readied = if readied {
+                        Race::take_ready(this.race)
+                    } else {
+                        None
+                    };
                     let settled = launch!().send(attempt, readied);
                     if let Settled::Over(result) = settled {
                         return finish!(result);
@@ -313,7 +365,9 @@ where
                 TimerAction::GiveUp { .. } => return finish!(Err(HedgeError::Deadline)),
                 // Re-armed at the new `next_timer` on the next pass; a
                 // readied clone is let go (its reservation with it).
-                TimerAction::Wait { .. } | TimerAction::Skip(_) => *this.ready = None,
+                TimerAction::Wait { .. } | TimerAction::Skip(_) => {
+                    Race::take_ready(this.race);
+                }
             }
         }
     }
@@ -330,11 +384,11 @@ struct Launch<
     const T: usize,
     M: IndexMapping + FromRelativeAccuracy + 'static,
 > {
-    extras: &'a mut Vec<Extra<S, Req, F>>,
+    /// The extra attempts, and the clone of the service being readied
+    /// for a hedge: its place in the inner service's queue goes to the
+    /// next attempt sent.
+    race: &'a mut RaceSlot<S, Req, F>,
     spare: &'a mut Option<Spare<S, Req>>,
-    /// A clone of the service being readied for a hedge: its place in
-    /// the inner service's queue goes to the next attempt sent.
-    waiting: &'a mut Option<S>,
     guard: &'a mut RequestGuard<TokioClock, B, T, M>,
     policy: &'a P,
 }
@@ -394,7 +448,7 @@ where
     /// so none takes a token or an in-flight place for nothing.
     fn stop(&mut self) {
         *self.spare = None;
-        *self.waiting = None;
+        Race::take_ready(self.race);
         self.guard.stop_extra_attempts();
     }
 
@@ -448,11 +502,15 @@ where
                         future: service.call(request),
                     },
                     None => AttemptFuture::Waiting {
-                        service: self.waiting.take().unwrap_or_else(|| spare.service.clone()),
+                        service: Race::take_ready(self.race)
+                            .unwrap_or_else(|| spare.service.clone()),
                         request: Some(request),
                     },
                 };
-                self.extras.push((attempt, Box::pin(future)));
+                Race::of(self.race)
+                    .project()
+                    .extras
+                    .push((attempt, Box::pin(future)));
                 continue;
             }
             // The policy broke its promise: this attempt never went out,

@@ -639,9 +639,7 @@ impl AtomicWindow {
             let (mut exact_side, mut censored_side) = (Pending::NONE, Pending::NONE);
             let publish = |mut e: Pending, mut c: Pending, count: u64, exact_count: u64, time| {
                 e.count = exact_count.wrapping_sub(exact_from);
-                c.count = count
-                    .wrapping_sub(exact_count)
-                    .wrapping_sub(censored_from);
+                c.count = count.wrapping_sub(exact_count).wrapping_sub(censored_from);
                 current.exact.apply(p, &e, true);
                 current.censored.apply(p, &c, false);
                 if time != stored {
