@@ -328,6 +328,9 @@ pub struct Request<K> {
     pub(crate) owner: u32,
     /// Hedges counted in the hedger's in-flight slots, not yet released.
     pub(crate) leased: AttemptSet,
+    /// A shared hedger's lane for this request's events (the one its
+    /// start took); 0 elsewhere.
+    pub(crate) lane: u8,
 }
 
 impl<K: Copy> Request<K> {
@@ -352,6 +355,7 @@ impl<K: Copy> Request<K> {
             ended: NoHedge::AttemptsExhausted,
             owner,
             leased: AttemptSet::EMPTY,
+            lane: 0,
         }
     }
 
