@@ -143,11 +143,13 @@
 //!
 //! # Memory
 //! Inline, no allocation: 16 KiB a window (two halves × exact and censored
-//! × 1 024 `AtomicU32`), `T + 1` windows, 13 KiB of lanes, and the budget.
+//! × 1 024 `AtomicU32`), `T + 1` windows, 13 KiB of lanes, 20 KiB for the
+//! table that keys samples without floating point, and the budget.
 //! Put it in an `Arc` or a `static`.
 
 mod in_flight;
 mod lanes;
+mod slots;
 mod window;
 
 use super::machine::{self, Core, Stat};

@@ -71,6 +71,8 @@ use crate::sync::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use crate::window::survival::{self, Answer, Level, Pair, Side};
 use crate::window::{idle_after, refresh_after, LatencyWindow, Rotation};
 
+use super::slots::SlotTable;
+
 /// Buckets per side: 1 µs (0.95 µs) to 10 min at α = 1 %, like the
 /// default `CollapsingLowestStore<1024>` of [`Hedger`](crate::hedge::Hedger).
 pub(crate) const BUCKETS: usize = 1024;
@@ -83,11 +85,13 @@ const BUCKET_LIMIT: u32 = u32::MAX - (1 << 16);
 const LAST: i64 = BUCKETS as i64 - 1;
 
 /// What every window of one hedger shares: how to key and when to rotate.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub(crate) struct Params<M: IndexMapping = CubicMapping> {
     pub(crate) mapping: M,
     /// The key of the first bucket.
     pub(crate) low: i32,
+    /// The bucket of a sample, by table (see [`SlotTable`]).
+    slots: SlotTable,
     pub(crate) rotation: Rotation,
     /// A longer gap is idle ([`idle_after`]).
     pub(crate) idle_after: u64,
@@ -100,10 +104,21 @@ impl<M: IndexMapping> Params<M> {
     pub(crate) fn new(mapping: M, max_sample_ns: u64, rotation: Rotation, quantile: f64) -> Self {
         let top = mapping.index_u64(max_sample_ns).unwrap_or(0);
         let period_ns = rotation.period_ns.max(1);
+        // 1023 below an `i32`: no wrap in `i64`, and back in range.
+        let low = i32::try_from(i64::from(top).saturating_sub(LAST)).unwrap_or(i32::MIN);
+        let slots = SlotTable::new(
+            max_sample_ns,
+            |v| mapping.index_u64(v).map(|key| slot_of_key(low, key)),
+            |slot| {
+                let key = i64::from(low).saturating_add(i64::try_from(slot).unwrap_or(LAST));
+                // An estimate (`as` saturates): the table checks it.
+                mapping.lower_bound(i32::try_from(key).unwrap_or(i32::MAX)) as u64
+            },
+        );
         Self {
             mapping,
-            // 1023 below an `i32`: no wrap in `i64`, and back in range.
-            low: i32::try_from(i64::from(top).saturating_sub(LAST)).unwrap_or(i32::MIN),
+            low,
+            slots,
             rotation: Rotation {
                 period_ns,
                 ..rotation
@@ -124,10 +139,26 @@ impl<M: IndexMapping> Params<M> {
     /// The bucket of key `key`.
     #[inline]
     fn slot(&self, key: i32) -> usize {
-        let offset = i64::from(key).saturating_sub(i64::from(self.low));
-        // Clamped into 0..BUCKETS: the cast is exact.
-        offset.clamp(0, LAST) as usize
+        slot_of_key(self.low, key)
     }
+
+    /// The bucket of a sample of `value` ns, `None` for the zero bucket
+    /// (0, the only `u64` too small to index): `slot(index_u64(value))`,
+    /// by table.
+    #[inline(always)]
+    fn slot_of(&self, value: u64) -> Option<usize> {
+        self.slots.slot(value, |v| {
+            self.mapping.index_u64(v).map(|key| self.slot(key))
+        })
+    }
+}
+
+/// The bucket of key `key` in a window whose first bucket's key is `low`.
+#[inline]
+fn slot_of_key(low: i32, key: i32) -> usize {
+    let offset = i64::from(key).saturating_sub(i64::from(low));
+    // Clamped into 0..BUCKETS: the cast is exact.
+    offset.clamp(0, LAST) as usize
 }
 
 /// The exact or the censored samples of one half.
@@ -165,8 +196,7 @@ impl AtomicSide {
     fn add<M: IndexMapping>(&self, p: &Params<M>, value: u64, extremes: bool) -> bool {
         // Integer keys (`index_u64`): 0, the only `u64` too small to
         // index, goes to the zero bucket.
-        if let Some(key) = p.mapping.index_u64(value) {
-            let slot = p.slot(key);
+        if let Some(slot) = p.slot_of(value) {
             if let Some(bucket) = self.buckets.get(slot) {
                 if bucket.fetch_add(1, Ordering::Relaxed) >= BUCKET_LIMIT {
                     bucket.fetch_sub(1, Ordering::Relaxed);
@@ -203,10 +233,10 @@ impl AtomicSide {
     /// waits in a [`Pending`].
     #[inline]
     fn add_to_bucket<M: IndexMapping>(&self, p: &Params<M>, value: u64) -> Option<bool> {
-        let Some(key) = p.mapping.index_u64(value) else {
+        let Some(slot) = p.slot_of(value) else {
             return Some(false);
         };
-        if let Some(bucket) = self.buckets.get(p.slot(key)) {
+        if let Some(bucket) = self.buckets.get(slot) {
             if bucket.fetch_add(1, Ordering::Relaxed) >= BUCKET_LIMIT {
                 bucket.fetch_sub(1, Ordering::Relaxed);
                 return None;
@@ -231,9 +261,7 @@ impl AtomicSide {
             // smallest sample of the zero bucket bounds nothing: the range
             // then starts at the first bucket, which only makes a walk pass
             // over empty buckets (and likewise at the top).
-            let bucket = |value: u64, none: usize| {
-                p.mapping.index_u64(value).map_or(none, |key| p.slot(key))
-            };
+            let bucket = |value: u64, none: usize| p.slot_of(value).unwrap_or(none);
             let lo = bucket(pending.min, 0);
             let hi = bucket(pending.max, BUCKETS - 1);
             if lo < self.lo.load(Ordering::Relaxed) {
@@ -370,13 +398,16 @@ impl<M: IndexMapping> Side for View<'_, M> {
             (Some(r), None) | (None, Some(r)) => r,
             (None, None) => return Some(Answer::Largest),
         };
-        // Below `first` the offset wraps past any run's end: 0, like above.
-        let at = |run: &[AtomicU32], first: usize, i: usize| {
-            run.get(i.wrapping_sub(first))
-                .map_or(0, |c| u64::from(c.load(Ordering::Relaxed)))
-        };
+        // Whole arrays, one index: outside a side's occupied run its
+        // buckets are empty (a writer racing ahead of its run's ends adds a
+        // sample that arrives during the pass, as one anywhere else does).
+        let (a, b) = (&self.side.buckets, &other.side.buckets);
         // Two `u32` counts cannot overflow a `u64`.
-        let both = |i: usize| at(a, alo, i).wrapping_add(at(b, blo, i));
+        let both = |i: usize| match (a.get(i), b.get(i)) {
+            (Some(x), Some(y)) => u64::from(x.load(Ordering::Relaxed))
+                .wrapping_add(u64::from(y.load(Ordering::Relaxed))),
+            _ => 0,
+        };
         let total = self
             .count()
             .saturating_add(other.count())
@@ -568,8 +599,7 @@ impl AtomicWindow {
         } else {
             &current.censored
         };
-        let key = p.mapping.index_u64(value).unwrap_or(0);
-        if let Some(bucket) = side.buckets.get(p.slot(key)) {
+        if let Some(bucket) = side.buckets.get(p.slot_of(value).unwrap_or(0)) {
             bucket.store(BUCKET_LIMIT, Ordering::Relaxed);
         }
     }
@@ -998,6 +1028,10 @@ mod tests {
     /// counted bucket (a batch's may start lower: its ends come from its
     /// smallest and largest samples, and a sample of 0 bounds nothing).
     #[test]
+    #[cfg_attr(
+        miri,
+        ignore = "one thread's arithmetic, checked natively: two windows' atomics take minutes under Miri"
+    )]
     fn a_batch_leaves_what_its_samples_one_by_one_leave() {
         const MS: u64 = 1_000_000;
         let p = params(HedgeConfig::DEFAULT.min_samples(1));
