@@ -51,6 +51,9 @@ pub struct HedgeService<
 > {
     inner: S,
     hedger: HedgerRef<B, T, M>,
+    /// Whether the hedger may release an extra attempt (a hedge or a
+    /// retry): read from its configuration once, not every call.
+    extras: bool,
     clock: TokioClock,
     policy: P,
     signal: C,
@@ -75,9 +78,12 @@ impl<
         policy: P,
         signal: C,
     ) -> Self {
+        let hedger = hedger.into();
+        let config = hedger.config();
         Self {
             inner,
-            hedger: hedger.into(),
+            extras: config.max_hedges > 0 || config.max_retries > 0,
+            hedger,
             clock,
             policy,
             signal,
@@ -118,6 +124,7 @@ impl<
         Self {
             inner: self.inner.clone(),
             hedger: self.hedger.clone(),
+            extras: self.extras,
             clock: self.clock,
             policy: self.policy.clone(),
             signal: self.signal.clone(),
@@ -146,10 +153,7 @@ where
         let idempotency = self.policy.idempotency(&request);
         // A copy to make extra attempts from, if the hedger may release
         // any: no copy, no duplicate.
-        let extras = {
-            let config = self.hedger.config();
-            config.max_hedges > 0 || config.max_retries > 0
-        };
+        let extras = self.extras;
         let spare = match idempotency {
             Idempotency::Idempotent if extras => {
                 self.policy.clone_request(&request).map(|copy| Spare {
