@@ -328,9 +328,6 @@ pub struct Request<K> {
     pub(crate) owner: u32,
     /// Hedges counted in the hedger's in-flight slots, not yet released.
     pub(crate) leased: AttemptSet,
-    /// A shared hedger's lane for this request's events (the one its
-    /// start took); 0 elsewhere.
-    pub(crate) lane: u8,
 }
 
 impl<K: Copy> Request<K> {
@@ -355,7 +352,6 @@ impl<K: Copy> Request<K> {
             ended: NoHedge::AttemptsExhausted,
             owner,
             leased: AttemptSet::EMPTY,
-            lane: 0,
         }
     }
 

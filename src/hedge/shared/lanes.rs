@@ -23,10 +23,7 @@
 //! with every lane taken, it takes over the one claimed longest ago, so
 //! that threads that ended (a pool that replaces its threads) leave their
 //! lanes to new ones. More threads than lanes share: it stays exact, only
-//! the lines travel again. A request's later events (its timer, commit,
-//! failures, abandon) use the lane its start took, whichever thread
-//! delivers them: no look-up per event, and a task that moved threads only
-//! shares that lane with its first thread for this request. A lane's buffer is guarded by a try-lock, so two
+//! the lines travel again. A lane's buffer is guarded by a try-lock, so two
 //! threads sharing a lane never wait for each other: the one that finds it
 //! taken records its sample directly in the shared windows.
 
@@ -336,46 +333,35 @@ impl Lanes {
     /// This thread's lane: the first from the one its marker hashes to
     /// that is its own; else the first free one there, claimed; else the
     /// one claimed longest ago (its thread may be gone), taken over.
-    /// Returns it with its index (for [`at`](Self::at)).
     #[inline(always)]
-    pub(crate) fn mine(&self) -> (usize, &Lane) {
+    pub(crate) fn mine(&self) -> &Lane {
         let me = marker();
         let start = home(me);
         match (self.owners.0.get(start), self.lanes.get(start)) {
-            (Some(owner), Some(lane)) if owner.marker.load(Ordering::Relaxed) == me => {
-                (start, lane)
-            }
-            _ => {
-                let i = self.find(me, start);
-                (i, self.at(i))
-            }
+            (Some(owner), Some(lane)) if owner.marker.load(Ordering::Relaxed) == me => lane,
+            _ => self.find(me, start),
         }
     }
 
-    /// Lane `i` (the first if there is no such lane).
-    #[inline(always)]
-    pub(crate) fn at(&self, i: usize) -> &Lane {
-        let [first, ..] = &self.lanes;
-        self.lanes.get(i).unwrap_or(first)
-    }
-
-    /// [`mine`](Self::mine) past the home lane: the index of the lane.
+    /// [`mine`](Self::mine) past the home lane.
     #[cold]
     #[inline(never)]
-    fn find(&self, me: usize, start: usize) -> usize {
+    fn find(&self, me: usize, start: usize) -> &Lane {
+        let [first, ..] = &self.lanes;
+        let lane = |i: usize| self.lanes.get(i).unwrap_or(first);
         for i in (0..LANES).map(|i| start.wrapping_add(i) % LANES) {
             let Some(owner) = self.owners.0.get(i) else {
                 continue;
             };
             match owner.marker.load(Ordering::Relaxed) {
-                marker if marker == me => return i,
+                marker if marker == me => return lane(i),
                 0 if owner
                     .marker
                     .compare_exchange(0, me, Ordering::Relaxed, Ordering::Relaxed)
                     .is_ok() =>
                 {
                     self.claimed(owner);
-                    return i;
+                    return lane(i);
                 }
                 _ => {}
             }
@@ -393,7 +379,7 @@ impl Lanes {
                 .unwrap_or((0, first_owner));
             let seen = owner.marker.load(Ordering::Relaxed);
             if seen == me {
-                return oldest;
+                return lane(oldest);
             }
             // Marked recent first: a thread looking at the same moment then
             // sees another lane as the oldest.
@@ -403,10 +389,10 @@ impl Lanes {
                 .compare_exchange(seen, me, Ordering::Relaxed, Ordering::Relaxed)
                 .is_ok()
             {
-                return oldest;
+                return lane(oldest);
             }
         }
-        start
+        lane(start)
     }
 
     /// Notes that `owner`'s lane was just claimed.
@@ -482,13 +468,8 @@ mod tests {
     #[cfg_attr(all(miri, not(feature = "std")), ignore)]
     fn a_thread_keeps_its_lane_and_threads_get_their_own() {
         let lanes = Lanes::new();
-        let mine = core::ptr::from_ref(lanes.mine().1);
-        assert!(
-            core::ptr::eq(mine, lanes.mine().1),
-            "stable within a thread"
-        );
-        let (i, lane) = lanes.mine();
-        assert!(core::ptr::eq(lanes.at(i), lane), "its index names it");
+        let mine = core::ptr::from_ref(lanes.mine());
+        assert!(core::ptr::eq(mine, lanes.mine()), "stable within a thread");
         // Threads alive at once (their stacks megabytes apart) get lanes of
         // their own, up to the number of lanes.
         let barrier = std::sync::Barrier::new(LANES - 1);
@@ -496,9 +477,9 @@ mod tests {
             let handles: std::vec::Vec<_> = (0..LANES - 1)
                 .map(|_| {
                     s.spawn(|| {
-                        let lane = core::ptr::from_ref(lanes.mine().1).addr();
+                        let lane = core::ptr::from_ref(lanes.mine()).addr();
                         barrier.wait(); // every thread holds its lane
-                        assert_eq!(core::ptr::from_ref(lanes.mine().1).addr(), lane);
+                        assert_eq!(core::ptr::from_ref(lanes.mine()).addr(), lane);
                         lane
                     })
                 })
@@ -520,7 +501,7 @@ mod tests {
         std::thread::scope(|s| {
             for _ in 0..LANES {
                 s.spawn(|| {
-                    let _ = lanes.mine().1;
+                    let _ = lanes.mine();
                 });
             }
         });
@@ -531,10 +512,10 @@ mod tests {
             let handles: std::vec::Vec<_> = (0..2)
                 .map(|_| {
                     s.spawn(|| {
-                        let lane = core::ptr::from_ref(lanes.mine().1).addr();
+                        let lane = core::ptr::from_ref(lanes.mine()).addr();
                         barrier.wait();
                         // ...and keeps it while the other runs.
-                        assert_eq!(core::ptr::from_ref(lanes.mine().1).addr(), lane);
+                        assert_eq!(core::ptr::from_ref(lanes.mine()).addr(), lane);
                         lane
                     })
                 })
@@ -547,7 +528,7 @@ mod tests {
     #[test]
     fn a_lane_is_one_thread_s_at_a_time_and_drains_in_order() {
         let lanes = Lanes::new();
-        let lane = lanes.mine().1;
+        let lane = lanes.mine();
         let locked = lane.try_lock().unwrap();
         assert!(lane.try_lock().is_none(), "held");
         for i in 0..LANE_SAMPLES as u64 {
@@ -576,7 +557,7 @@ mod tests {
     #[test]
     fn deposits_are_taken_once() {
         let lanes = Lanes::new();
-        let lane = lanes.mine().1;
+        let lane = lanes.mine();
         assert_eq!(lane.request(), 1);
         assert_eq!(lane.request(), 2);
         let locked = lane.try_lock().unwrap();
@@ -594,7 +575,7 @@ mod tests {
     #[test]
     fn a_count_behind_the_deposits_takes_nothing_and_keeps_them() {
         let lanes = Lanes::new();
-        let lane = lanes.mine().1;
+        let lane = lanes.mine();
         for _ in 0..3 {
             lane.request();
         }

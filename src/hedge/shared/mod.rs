@@ -299,7 +299,7 @@ impl<B: HedgeBudget, const T: usize, M: IndexMapping> SharedHedger<B, T, M> {
     /// [`Request::plan`] says what was decided and why.
     #[inline(always)]
     pub fn start(&self, target: usize, now: u64, idempotency: Idempotency) -> Request<usize> {
-        let (index, lane) = self.lanes.mine();
+        let lane = self.lanes.mine();
         let undeposited = lane.request();
         if self.batch <= 1 {
             self.budget.on_request(now);
@@ -311,18 +311,12 @@ impl<B: HedgeBudget, const T: usize, M: IndexMapping> SharedHedger<B, T, M> {
             }
         }
         let delay = self.delay_at(target, now);
-        let mut request = machine::start(&mut self.on(lane), target, now, idempotency, delay);
-        // Fewer than 256 lanes.
-        #[allow(clippy::cast_possible_truncation)]
-        {
-            request.lane = index as u8;
-        }
-        request
+        machine::start(&mut self.on(lane), target, now, idempotency, delay)
     }
 
     /// The caller's timer for `request` fired at `now`.
     pub fn on_timer(&self, request: &mut Request<usize>, now: u64) -> TimerAction {
-        machine::on_timer(&mut self.of(request), request, now)
+        machine::on_timer(&mut self.here(), request, now)
     }
 
     /// `attempt` of `request` gave its commit signal at `now`.
@@ -333,7 +327,7 @@ impl<B: HedgeBudget, const T: usize, M: IndexMapping> SharedHedger<B, T, M> {
         attempt: Attempt,
         now: u64,
     ) -> CommitOutcome {
-        let mut here = self.of(request);
+        let mut here = self.here();
         if machine::is_sole_primary(request, attempt, self.id) {
             machine::commit_sole_primary(&mut here, request, now)
         } else {
@@ -350,7 +344,7 @@ impl<B: HedgeBudget, const T: usize, M: IndexMapping> SharedHedger<B, T, M> {
         now: u64,
         failure: Failure,
     ) -> FailureOutcome {
-        machine::on_failure(&mut self.of(request), request, attempt, now, failure)
+        machine::on_failure(&mut self.here(), request, attempt, now, failure)
     }
 
     /// The caller gives `request` up at `now`: releases its in-flight
@@ -359,7 +353,7 @@ impl<B: HedgeBudget, const T: usize, M: IndexMapping> SharedHedger<B, T, M> {
     /// is safe too, only slower to release (see
     /// [`in_flight_lease_ns`](HedgeConfig::in_flight_lease_ns)).
     pub fn abandon(&self, request: &mut Request<usize>, now: u64) -> AttemptSet {
-        machine::abandon(&mut self.of(request), request, now)
+        machine::abandon(&mut self.here(), request, now)
     }
 
     /// Publishes what every lane holds (samples to the windows, deposits
@@ -426,13 +420,10 @@ impl<B: HedgeBudget, const T: usize, M: IndexMapping> SharedHedger<B, T, M> {
         Here { hedger: self, lane }
     }
 
-    /// The machine's view of this hedger for `request`'s events: from the
-    /// lane its start took, whichever thread delivers them (no lane
-    /// look-up; a task that moved threads shares that lane with its first
-    /// thread for this request: exact, only its lines travel).
+    /// The machine's view of this hedger from this thread's lane.
     #[inline(always)]
-    fn of(&self, request: &Request<usize>) -> Here<'_, B, T, M> {
-        self.on(self.lanes.at(usize::from(request.lane)))
+    fn here(&self) -> Here<'_, B, T, M> {
+        self.on(self.lanes.mine())
     }
 
     /// The window of `target`: its own, or the single one when `T == 1`.
