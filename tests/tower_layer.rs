@@ -929,3 +929,44 @@ async fn guards_on_tokio_clocks_agree_with_the_layer_under_the_paused_clock() {
     drop(guard);
     assert_eq!(hedger.hedges_in_flight(layer.tokio_clock().now_ns()), 0);
 }
+
+/// Fails its first call (retryable) and answers the next, both at once.
+#[derive(Clone, Default)]
+struct FailsOnce(Arc<Mutex<u32>>);
+
+impl Service<u64> for FailsOnce {
+    type Response = u32;
+    type Error = BackendError;
+    type Future = std::future::Ready<Result<u32, BackendError>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), BackendError>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, _: u64) -> Self::Future {
+        let mut calls = self.0.lock().unwrap();
+        *calls += 1;
+        std::future::ready(if *calls == 1 {
+            Err(BackendError(Failure::Retryable))
+        } else {
+            Ok(*calls)
+        })
+    }
+}
+
+/// A request that never waits for a hedge builds no timer, so the layer
+/// runs without tokio's time driver (here a runtime without it), also when
+/// a failure releases a retry: the retry goes out and answers.
+#[test]
+fn a_retry_needs_no_time_driver() {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let backend = FailsOnce::default();
+    // No prior and a cold window: no hedge is planned, no timer is due.
+    let hedger = hedger(HedgeConfig::DEFAULT);
+    let service = HedgeLayer::new(Arc::clone(&hedger), EvenIdempotent).layer(backend.clone());
+    let answer = runtime.block_on(service.oneshot(2));
+    assert_eq!(answer.unwrap(), 2);
+    assert_eq!(hedger.stats().retries_released, 1);
+}

@@ -103,15 +103,18 @@ pin_project! {
     /// goes out: the hedge timer, the extra attempts and the service clone
     /// being readied. Built (one allocation, as the timer alone needs) at
     /// first need: a request answered at its first poll, or one that will
-    /// not hedge, never builds it, and its future drops one pointer.
+    /// not hedge and fails nothing, never builds it, and its future drops
+    /// one pointer. The timer itself is built only once a hedge is due: a
+    /// request that only retries needs no time driver.
     struct Race<S, Req, F>
     where
         S: Service<Req>,
     {
+        // Armed at `armed`, once a hedge is due.
         #[pin]
-        sleep: Sleep,
-        // The clock reading `sleep` is armed at; `None` until a hedge is due.
-        armed: Option<u64>,
+        sleep: Option<Sleep>,
+        // The clock reading `sleep` is armed at.
+        armed: u64,
         extras: Vec<Extra<S, Req, F>>,
         // A clone of the service for the hedge that is due, being readied.
         ready: Option<S>,
@@ -122,23 +125,24 @@ pin_project! {
 type RaceSlot<S, Req, F> = Option<Pin<Box<Race<S, Req, F>>>>;
 
 impl<S: Service<Req>, Req, F> Race<S, Req, F> {
-    fn new(deadline: Instant, armed: Option<u64>) -> Pin<Box<Self>> {
+    /// A race whose timer is armed at `at` (`deadline`), if it has one.
+    fn new(timer: Option<(Instant, u64)>) -> Pin<Box<Self>> {
         Box::pin(Self {
-            sleep: sleep_until(deadline),
-            armed,
+            sleep: timer.map(|(deadline, _)| sleep_until(deadline)),
+            armed: timer.map_or(0, |(_, at)| at),
             extras: Vec::new(),
             ready: None,
         })
     }
 
-    /// The race in `slot`, built (its timer unarmed) if there is none.
+    /// The race in `slot`, built (without a timer) if there is none.
     fn of(slot: &mut RaceSlot<S, Req, F>) -> Pin<&mut Self> {
-        slot.get_or_insert_with(|| Self::new(Instant::now(), None))
-            .as_mut()
+        slot.get_or_insert_with(|| Self::new(None)).as_mut()
     }
 
     /// Polls the timer armed at `at` (clock nanoseconds), building the
-    /// race or moving its timer first. Ready once `at` has passed.
+    /// race or its timer, or moving the timer, first. Ready once `at` has
+    /// passed.
     fn poll_at(
         slot: &mut RaceSlot<S, Req, F>,
         cx: &mut Context<'_>,
@@ -149,14 +153,19 @@ impl<S: Service<Req>, Req, F> Race<S, Req, F> {
             return Poll::Pending; // beyond any `Instant`: never
         };
         let mut race = slot
-            .get_or_insert_with(|| Self::new(deadline, Some(at)))
+            .get_or_insert_with(|| Self::new(Some((deadline, at))))
             .as_mut()
             .project();
-        if *race.armed != Some(at) {
-            *race.armed = Some(at);
-            race.sleep.as_mut().reset(deadline);
+        match race.sleep.as_mut().as_pin_mut() {
+            Some(sleep) if *race.armed != at => sleep.reset(deadline),
+            Some(_) => {}
+            None => race.sleep.set(Some(sleep_until(deadline))),
         }
-        race.sleep.poll(cx)
+        *race.armed = at;
+        match race.sleep.as_pin_mut() {
+            Some(sleep) => sleep.poll(cx),
+            None => Poll::Pending, // just set: not reached
+        }
     }
 
     /// Lets the clone being readied go (and its place in the inner

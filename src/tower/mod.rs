@@ -63,9 +63,11 @@
 //! A request that answers at its first poll, or that will not hedge, reads
 //! the clock twice (start, commit), builds no timer and allocates nothing;
 //! one still pending at its first poll with a hedge ahead arms a tokio
-//! timer for it, boxed (one allocation). A duplicable request keeps one
-//! copy of the request and one clone of the inner service to make extra
-//! attempts from. Extra attempts are boxed. See `benches/tower.rs` and the
+//! timer for it, boxed with the state of its race (one allocation, which a
+//! failure's retry makes too, without a timer: no time driver is needed
+//! where nothing hedges). A duplicable request keeps one copy of the
+//! request and one clone of the inner service to make extra attempts from.
+//! Extra attempts are boxed. See `benches/tower.rs` and the
 //! README for measurements.
 //!
 //! # Readiness

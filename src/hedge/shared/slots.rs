@@ -99,7 +99,9 @@ impl SlotTable {
         // in `first`'s bucket, `at` in `last`'s.
         let next = |v: u64| slot(v).map(|s| s > first);
         let lowest = from.wrapping_add(1);
-        let mut probe = guess(last).clamp(lowest, to);
+        // Not `clamp`, which panics on bounds out of order (`lowest ≤ to`
+        // here, but not by type).
+        let mut probe = guess(last).max(lowest).min(to);
         let (mut below, mut at) = (from, to);
         let mut step = 1u64;
         if next(probe)? {

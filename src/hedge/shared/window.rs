@@ -172,8 +172,10 @@ struct AtomicSide {
     /// while empty.
     min: AtomicU64,
     max: AtomicU64,
-    /// The first and last occupied bucket (`lo > hi` while empty): a
-    /// refresh walks these, not the whole range.
+    /// Bounds of the occupied buckets (`lo > hi` while empty): every
+    /// counted bucket lies in `lo..=hi` (a batch with a sample of 0 moves
+    /// `lo` to the first bucket, occupied or not). A refresh walks these,
+    /// not the whole range.
     lo: AtomicUsize,
     hi: AtomicUsize,
 }
@@ -448,8 +450,9 @@ impl<M: IndexMapping> Side for View<'_, M> {
 }
 
 impl<M: IndexMapping> View<'_, M> {
-    /// The first occupied bucket and the occupied run from it (empty while
-    /// `lo > hi`, or when a racing writer left them out of bounds).
+    /// The run of buckets from `lo` to `hi`, which holds every occupied
+    /// one, and where it starts (empty while `lo > hi`, or when a racing
+    /// writer left them out of bounds).
     fn occupied(&self) -> (usize, &[AtomicU32]) {
         let (lo, hi) = (
             self.side.lo.load(Ordering::Relaxed),
