@@ -265,7 +265,13 @@ impl AtomicSide {
             // over empty buckets (and likewise at the top).
             let bucket = |value: u64, none: usize| p.slot_of(value).unwrap_or(none);
             let lo = bucket(pending.min, 0);
-            let hi = bucket(pending.max, BUCKETS - 1);
+            // One look-up for a batch of one value (most batches, at low
+            // rates: a sample a publication).
+            let hi = if pending.max == pending.min {
+                lo
+            } else {
+                bucket(pending.max, BUCKETS - 1)
+            };
             if lo < self.lo.load(Ordering::Relaxed) {
                 self.lo.fetch_min(lo, Ordering::Relaxed);
             }
