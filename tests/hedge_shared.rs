@@ -568,7 +568,14 @@ proptest! {
     }
 }
 
+// Without `std` a thread is known by its stack's address at megabyte
+// granularity, which Miri's allocator moves from call to call: the burst's
+// samples then land in several lanes, and none fills a batch.
 #[test]
+#[cfg_attr(
+    all(miri, not(feature = "std")),
+    ignore = "lanes follow stack addresses, which Miri moves between calls"
+)]
 fn a_burst_is_published_in_batches_and_a_trickle_at_once() {
     let config = HedgeConfig::DEFAULT;
     let mut plain: Hedger<usize, Budget, 1> =
