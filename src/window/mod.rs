@@ -440,7 +440,11 @@ impl<M: IndexMapping, S: Store> LatencyWindow<M, S> {
     /// # Errors
     /// Never for latencies up to `u64::MAX` with the crate's mappings at
     /// offset 0; the sketch's error otherwise, with nothing recorded.
-    #[inline]
+    // Always inlined on 64-bit targets, where a call returns the `Result`
+    // through memory; on 32-bit ones, where flash is scarce, at the
+    // compiler's choice.
+    #[cfg_attr(target_pointer_width = "64", inline(always))]
+    #[cfg_attr(not(target_pointer_width = "64"), inline)]
     pub fn record(&mut self, now: u64, latency_ns: u64) -> Result<(), SketchError> {
         self.advance(now);
         self.current.exact.add_u64(latency_ns)?;
@@ -456,7 +460,8 @@ impl<M: IndexMapping, S: Store> LatencyWindow<M, S> {
     ///
     /// # Errors
     /// As [`record`](Self::record).
-    #[inline]
+    #[cfg_attr(target_pointer_width = "64", inline(always))]
+    #[cfg_attr(not(target_pointer_width = "64"), inline)]
     pub fn record_censored(&mut self, now: u64, elapsed_ns: u64) -> Result<(), SketchError> {
         self.advance(now);
         self.current.censored.add_u64(elapsed_ns)?;
