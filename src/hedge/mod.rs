@@ -110,9 +110,13 @@
 //! period; a stale one, two periods or more behind, neither, until 16
 //! distinct stale timestamps with none between them that moves the
 //! window's time take the new clock (a clock stepped back for good); one
-//! two periods or more ahead is an idle gap and empties the window. So a
-//! lagging thread, or a clock that steps back and returns, costs no
-//! estimate and hastens no rotation. The table's eviction uses no
+//! two periods or more ahead is an idle gap and empties the window —
+//! unless it is the clock left at the last such run coming back within two
+//! periods: then two clocks are live, the window goes back to that clock
+//! without emptying anything, and a later run is taken only if it also
+//! spans two periods. So a lagging thread, however long its turns, or a
+//! clock that steps back and returns, costs no estimate and hastens no
+//! rotation. The table's eviction uses no
 //! timestamp. The in-flight count keeps four time slots a lease, by send
 //! time, and cannot tell a hedge stamped by another clock from one sent
 //! after the clock jumped: one a lease or more from the others takes its
