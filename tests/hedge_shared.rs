@@ -753,7 +753,10 @@ fn a_short_excursion_of_a_stale_clock_does_not_empty_the_window() {
             h.flush(t);
             let back = t + 300 * MS;
             let d = h.delay_ns(0, back).expect("not emptied");
-            assert!(d.abs_diff(3 * MS) <= 3 * MS / 50, "batch {batch}, run {stale}: {d}");
+            assert!(
+                d.abs_diff(3 * MS) <= 3 * MS / 50,
+                "batch {batch}, run {stale}: {d}"
+            );
             commit_all(&h, 0, back, 5, 3 * MS);
             let after = h.delay_ns(0, back + 5 * MS).expect("not emptied");
             assert!(after.abs_diff(3 * MS) <= 3 * MS / 50, "{after}");

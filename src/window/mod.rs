@@ -795,7 +795,11 @@ mod tests {
             // Taken only by a long run: then two periods on the new clock
             // are an idle gap.
             let last = t - 3_600 * SEC + stale - 1;
-            assert_eq!(w.is_idle_at(last + 20 * SEC), stale >= run, "a run of {stale}");
+            assert_eq!(
+                w.is_idle_at(last + 20 * SEC),
+                stale >= run,
+                "a run of {stale}"
+            );
             // Back to the true time: the clock left, if the run took over,
             // is taken back; nothing is emptied.
             w.record(t + 1, 100).unwrap();

@@ -18,9 +18,11 @@
 //!
 //! A censored sample shares the risk set of the exact samples of its own
 //! bucket (it was cancelled no earlier than the bucket's lower bound). The
-//! quantile is the first bucket with `F(i) > q·(m−1)/m`, `m` the number of
-//! answers: exactly the sketch's own rank rule when nothing is censored,
-//! and unchanged by attempts censored before every answer.
+//! quantile is the first bucket with `F(i) > max(q·(m−1), r)/m`, `m` the
+//! number of answers and `r = ⌊q·(m−1)⌋` as the sketch's rank rule computes
+//! it in floats (which may round `q·(m−1)` up to a whole `r`): exactly the
+//! sketch's own rank rule when nothing is censored, and unchanged by
+//! attempts censored in buckets below every answer.
 //!
 //! # In integers
 //! The estimate runs without floating point (a Cortex-M4F has no double
@@ -33,18 +35,24 @@
 //!   over the run is `r_end / r_start`. `S` is kept as `base · r / r₀`:
 //!   `base` a fraction of 2⁶³, multiplied (and rounded down) only at a
 //!   bucket holding censored samples, `r₀` the risk set where the run
-//!   began. `F > q·(m−1)/m` is `S < L` with `L = 1 − q·(m−1)/m`, computed
-//!   once a refresh ([`Level::survival_limit`]), and is tested as
-//!   `base · r < L · r₀` in 128-bit integers: no division per bucket.
+//!   began. The threshold is `S < L` with `L = 1 − q·(m−1)/m` and
+//!   `S < (m − r)/m`, computed once a refresh ([`Level::threshold`]), and
+//!   is tested as `base · r < L · r₀` and `base · r < (m − r)/m · r₀` in
+//!   128-bit integers: no division per bucket.
 //!
-//! Exactness: `L` is at most 2·2⁻⁶³ above its real value and `base` at most
-//! `C`·2⁻⁶³ below its own (`C` the buckets with censored samples, each
-//! rounding once; the factors are ≤ 1, so earlier errors do not grow). So
-//! the estimate is the real-arithmetic product-limit answer exactly, except
-//! when at some bucket the real `F` lies within `(C + 2)·2⁻⁶³` below the
-//! threshold: there it may stop at that bucket, one before the real answer
-//! (tested against exact rationals below). The float implementation this
-//! replaced rounded ~2⁻⁵³ a step and could miss in either direction.
+//! Exactness: the second bound is compared exactly; `L` is at most
+//! 2·2⁻⁶³ above its real value and `base` at most `C`·2⁻⁶³ below its own
+//! (`C` the buckets with censored samples after the first answer, each
+//! rounding once; the factors are ≤ 1, so earlier errors do not grow; a
+//! bucket before every answer multiplies by exactly 1). So the estimate
+//! is the real-arithmetic product-limit answer exactly, except when at some
+//! bucket the real `F` lies within `(C + 2)·2⁻⁶³` below `q·(m−1)/m` while
+//! above `r/m`: there it may stop at that bucket, one before the real
+//! answer (tested against exact rationals below). With no censored bucket
+//! after the first answer it is exact: `S` is `(m − k)/m` and a tie
+//! (`q·(m−1)` whole, the median of an odd count) meets the exact bound.
+//! The float implementation this replaced rounded ~2⁻⁵³ a step and could
+//! miss in either direction.
 
 use crate::mapping::IndexMapping;
 use crate::sketch::DDSketch;
@@ -136,11 +144,77 @@ impl Level {
     /// `L = 1 − q·(m−1)/m` in units of 2⁻⁶³, rounded so that it is at most
     /// 2·2⁻⁶³ above the real value and never below it: survival under `L`
     /// is `F` above the estimator's threshold for `m` answers.
-    pub(crate) fn survival_limit(&self, answers: u64) -> u64 {
+    fn survival_limit(&self, answers: u64) -> u64 {
         let m = answers.max(1);
         // ⌊f·(m−1)/m⌋ = f − ⌈f/m⌉: one 64-bit division.
         let share = self.fixed.div_ceil(m);
         ONE.saturating_sub(self.fixed.saturating_sub(share))
+    }
+
+    /// Where the estimate stops for `m` answers: at the first survival
+    /// `S` below both `L = 1 − q·(m−1)/m` ([`survival_limit`](Self::survival_limit))
+    /// and `(m − r)/m`, `r` the sketch's rank of this level among `m`
+    /// answers ([`rank`](Self::rank)); that is `F > max(q·(m−1), r)/m`.
+    /// Both bounds agree but at ties (`q·(m−1)` whole: `L` is rounded up,
+    /// and only the exact second bound keeps `F = r/m` from stopping) and
+    /// where the float rank rounds `q·(m−1)` up to `r`. With censoring only
+    /// below every answer (or none) `S` after `k` answers is `(m − k)/m`,
+    /// so it stops at the first `k > r`: the sketch's rank rule, exactly.
+    pub(crate) fn threshold(&self, answers: u64) -> Threshold {
+        let m = answers.max(1);
+        // `r ≤ m − 1`: `1 ≤ a ≤ m`, so `a · 2⁶³ / m ≤ 2⁶³`.
+        let a = m.saturating_sub(self.rank(m));
+        let whole = mul_div(ONE, a, m);
+        // `a · 2⁶³ − whole · m`, below `m`: both products fit `u128`.
+        let rem = (u128::from(a) << 63).wrapping_sub(u128::from(whole).wrapping_mul(u128::from(m)));
+        Threshold {
+            limit: self.survival_limit(m),
+            whole,
+            rem: u64::try_from(rem).unwrap_or(0),
+            m,
+        }
+    }
+}
+
+/// The survivals below which the estimate stops, in units of 2⁻⁶³:
+/// `limit` (`L`, rounded up) and `whole + rem / m` exactly (see
+/// [`Level::threshold`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Threshold {
+    limit: u64,
+    whole: u64,
+    rem: u64,
+    m: u64,
+}
+
+impl Threshold {
+    /// Whether `S = base · left / start` (units of 2⁻⁶³) is below both:
+    /// `base · left < limit · start` and
+    /// `base · left < whole · start + rem · start / m`, in integers. The
+    /// last term is below `start`, so it is looked at only when the two
+    /// sides are that close.
+    #[inline]
+    fn reached(&self, base: u64, left: u64, start: u64) -> bool {
+        // Each product is below 2⁶³ · 2⁶⁴ (and `over · m`, `rem · start`
+        // below 2⁶⁴ · 2⁶⁴): all fit `u128`.
+        let s = u128::from(base).wrapping_mul(u128::from(left));
+        if s >= u128::from(self.limit).wrapping_mul(u128::from(start)) {
+            return false;
+        }
+        let t = u128::from(self.whole).wrapping_mul(u128::from(start));
+        if s < t {
+            return true;
+        }
+        let over = s.wrapping_sub(t);
+        over < u128::from(start)
+            && over.wrapping_mul(u128::from(self.m))
+                < u128::from(self.rem).wrapping_mul(u128::from(start))
+    }
+
+    /// Whether a survival of `base` (units of 2⁻⁶³) is below both.
+    #[inline]
+    fn reached_by(&self, base: u64) -> bool {
+        base < self.limit && (base < self.whole || (base == self.whole && self.rem > 0))
     }
 }
 
@@ -297,9 +371,9 @@ pub(crate) fn quantile<X: Side>(halves: [Pair<'_, X>; 2], level: &Level) -> Opti
         }
     }
     let mut seen = 0u64;
-    // The rank correction (m−1)/m of the uncensored rule, on the answers:
-    // an attempt censored before every answer then changes nothing.
-    let limit = u128::from(level.survival_limit(exact));
+    // The rank rule on the answers: an attempt censored before every
+    // answer then changes nothing.
+    let threshold = level.threshold(exact);
     // S = base · r / start over the current run of uncensored buckets.
     let mut base = ONE;
     let mut start = n;
@@ -312,10 +386,9 @@ pub(crate) fn quantile<X: Side>(halves: [Pair<'_, X>; 2], level: &Level) -> Opti
         let left = at_risk.saturating_sub(d);
         let below = if start == 0 {
             // Only when the counts ran out early (a racing writer): S stays.
-            u128::from(base) < limit
+            threshold.reached_by(base)
         } else {
-            // ≤ 2⁶³ · 2⁶⁴ on either side: fits u128.
-            u128::from(base).wrapping_mul(u128::from(left)) < limit.wrapping_mul(u128::from(start))
+            threshold.reached(base, left, start)
         };
         if c > 0 {
             // `left ≤ start` (or `start` is 0: `base` stays).
@@ -457,6 +530,29 @@ mod tests {
         assert_eq!(km_cubic(&e, &c, 0.01), Some(1_000));
     }
 
+    /// Ties (`q·(m−1)` a whole number: the median of an odd count) and
+    /// levels that are not dyadic (0.7 · 10 rounds to 7 in floats, below
+    /// it in reals): censoring below every answer changes nothing, for
+    /// every count of answers and any number censored.
+    #[test]
+    fn censoring_before_every_answer_changes_nothing_at_any_level() {
+        for m in 1..=70u64 {
+            let e = filled((1..=m).map(|i| i * 1_000_000));
+            for censored in [1, 3] {
+                let c = filled(core::iter::repeat_n(10, censored));
+                for q in [0.0, 0.1, 0.25, 0.3, 0.5, 0.7, 0.75, 0.9, 0.95, 0.99, 1.0] {
+                    let plain = km_cubic(&e, &sketch(), q);
+                    assert_eq!(
+                        km_cubic(&e, &c, q),
+                        plain,
+                        "m {m}, q {q}, {censored} censored"
+                    );
+                    assert_eq!(plain, e.quantile(q).unwrap().map(|v| v as u64));
+                }
+            }
+        }
+    }
+
     #[test]
     fn a_tail_seen_only_censored_gives_the_largest_answer() {
         let e = filled([1]);
@@ -519,8 +615,9 @@ mod tests {
     }
 
     /// The product-limit answer in exact rationals: the first key whose
-    /// `F > q(m−1)/m`, `q` the double's exact value; and how far, in units
-    /// of 2⁻⁶³ of `S`, each key's `F` is below that threshold.
+    /// `F > max(q(m−1), r)/m`, `q` the double's exact value and `r` the
+    /// float rank rule's; and how far, in units of 2⁻⁶³ of `S`, each key's
+    /// `F` is below `q(m−1)/m` (the rank's bound is compared exactly).
     fn exact_answer(exact: &[u32; 8], censored: &[u32; 8], q: f64) -> (Option<u64>, [f64; 8]) {
         let l = level(q);
         let m: u128 = exact.iter().map(|&c| u128::from(c)).sum();
@@ -546,7 +643,9 @@ mod tests {
             } else {
                 (lhs << 64, rhs >> (shift - 64))
             };
-            if answer.is_none() && lhs > rhs && d + c > 0 {
+            // F > r/m ⟺ (den − num) · m > r · den.
+            let above_rank = (den - num) * m > u128::from(l.rank(m as u64)) * den;
+            if answer.is_none() && lhs > rhs && above_rank && d + c > 0 {
                 answer = Some(i as u64 + 1);
             }
             // The gap below the threshold, in S's units of 2⁻⁶³.
@@ -595,6 +694,20 @@ mod tests {
                 let gap = stop.map_or(f64::INFINITY, |k| gaps[k as usize - 1]);
                 prop_assert!(got < want && gap <= c + 2.0, "{got} vs {want}, gap {gap}");
             }
+        }
+
+        /// Attempts censored below every answer change nothing: the answer
+        /// is the sketch's rank rule on the answers, at any level.
+        #[test]
+        fn censoring_below_every_answer_is_the_rank_rule(
+            answers in proptest::collection::vec(1_000u64..1 << 40, 1..120),
+            censored in proptest::collection::vec(0u64..500, 1..20),
+            q in 0.0f64..=1.0,
+        ) {
+            let e = filled(answers.iter().copied());
+            let c = filled(censored.iter().copied());
+            let want = e.quantile(q).unwrap().map(|v| v as u64);
+            prop_assert_eq!(km_cubic(&e, &c, q), want);
         }
 
         /// Against the float estimator this one replaced, on large counts
