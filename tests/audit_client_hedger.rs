@@ -400,9 +400,12 @@ fn a_hedge_only_replica_is_recorded_and_holds_its_slot_when_there_is_room() {
 // 2. Small tables under many targets
 // ---------------------------------------------------------------------
 
-/// 12 one-shot-ish targets round robin through a table of 3: every start
-/// of an absent target evicts exactly one, the table never exceeds 3, and
-/// every request after the aggregate warms has a data-driven delay.
+/// 12 equal targets round robin through a table of 3: the table never
+/// exceeds 3 and hardly churns (a target without a slot takes one only
+/// once asked for more than the one it would evict, by a margin: under a
+/// recency rule each would evict the next one due, at every request), and
+/// every request after the aggregate warms has a data-driven delay: the
+/// three targets with a slot their own, the others the aggregate's.
 #[test]
 fn round_robin_through_a_small_table_counts_evictions_and_falls_back() {
     let mut h: Hedger<u16, Budget, 3> = unlimited(HedgeConfig::DEFAULT);
@@ -421,11 +424,12 @@ fn round_robin_through_a_small_table_counts_evictions_and_falls_back() {
         let _ = h.on_commit(&mut req, Attempt::PRIMARY, t + lat);
     }
     let s = h.stats();
-    // Every request to a target not in the table evicts one (after the
-    // first three fill it): with 12 targets round robin, all of them.
-    assert_eq!(s.evictions, n - 3, "{s:?}");
+    assert!(s.evictions <= n / 50, "{s:?}");
     assert_eq!(data_driven, n - 100);
-    assert_eq!(s.aggregate_delays, n - 20, "{s:?}");
+    // Nine targets in twelve have no slot at a time: the aggregate's delay.
+    assert!(s.aggregate_delays >= n * 2 / 3, "{s:?}");
+    assert!(s.aggregate_delays <= n * 4 / 5, "{s:?}");
+    assert_eq!(h.targets(), 3);
 }
 
 /// A heavy key (1 ms) and a slow one (30 ms) keep their slots in a table of

@@ -610,24 +610,31 @@ fn targets_have_their_own_windows_and_the_table_evicts() {
             source: DelaySource::Target
         }
     );
-    // A third target evicts the less frequently used (target 2), and,
-    // its own window being cold, gets the aggregate window's delay (as
-    // target 2's first 5 requests did).
+    // A third target gets no slot until it has been asked for two more
+    // times than the less used target (target 2, five counted requests:
+    // a first one counts for nothing): six requests without one, then the
+    // seventh evicts target 2. Without a slot, and then with a cold
+    // window, it gets the aggregate window's delay (as target 2's first 5
+    // requests did).
     assert_eq!(h.stats().aggregate_delays, 5);
-    let r = h.start(3, now, IDEMPOTENT);
-    assert!(
-        matches!(
-            r.plan(),
-            Plan::Hedge {
-                source: DelaySource::Aggregate,
-                ..
-            }
-        ),
-        "{:?}",
-        r.plan()
-    );
+    for i in 0..7 {
+        let r = h.start(3, now, IDEMPOTENT);
+        assert!(
+            matches!(
+                r.plan(),
+                Plan::Hedge {
+                    source: DelaySource::Aggregate,
+                    ..
+                }
+            ),
+            "{:?}",
+            r.plan()
+        );
+        assert_eq!(h.window(&3).is_some(), i == 6, "{i}");
+        assert_eq!(h.stats().evictions, u64::from(i == 6), "{i}");
+    }
     let s = h.stats();
-    assert_eq!((s.evictions, s.aggregate_delays), (1, 6));
+    assert_eq!((s.evictions, s.aggregate_delays), (1, 12));
     assert!(h.window(&2).is_none());
     assert!(h.window(&1).is_some());
     assert_eq!(h.delay_ns(&1, now), Some(fast));
@@ -698,9 +705,11 @@ fn per_target_budgets_are_separate_and_start_drained() {
         assert_eq!((b.grants, b.denials), (1, 1));
     }
     // A target that leaves the table and comes back starts drained again:
-    // churn cannot refill its budget.
+    // churn cannot refill its budget. Without a slot it reads the budget
+    // targets without one share (the prototype: nothing spent yet).
     assert_eq!(h.evict_idle(10 * SEC, SEC), 2);
-    assert_eq!(h.budget_stats(&1), None);
+    let shared = h.budget_stats(&1).unwrap();
+    assert_eq!((shared.grants, shared.denials), (0, 0));
     let mut r = h.start(1, 10 * SEC, IDEMPOTENT);
     assert_eq!(
         h.on_timer(&mut r, 10 * SEC + MS),

@@ -299,6 +299,80 @@ fn more_equal_targets_than_slots_still_hedge_from_the_aggregate() {
     assert!(h.stats().hedges_sent > 2_000, "{:?}", h.stats());
 }
 
+/// Equal targets over 4 slots, `targets` of them, in turn (a load
+/// balancer's round robin) or at random, one request a millisecond on a
+/// lognormal backend (p90 ≈ 9.5 ms), each target's own ratio budget
+/// (15 % of its traffic) or one shared unlimited one: the evictions per
+/// request after the first thousand, and the share of requests hedged.
+fn equal_targets_over_four_slots(targets: u64, random: bool, per_target: bool) -> (f64, f64) {
+    use rand::rngs::StdRng;
+    let config = HedgeConfig::DEFAULT;
+    let mut h: Hedger<u64, Budget, 4> = if per_target {
+        Hedger::with_budget_per_target(config, Budget::default()).unwrap()
+    } else {
+        Hedger::with_budget(config, Budget::Unlimited).unwrap()
+    };
+    let mut b = Backend::lognormal(5.0, 0.5, targets);
+    let mut pick = StdRng::seed_from_u64(targets);
+    let requests = 40_000u64;
+    let mut evictions_before = 0;
+    for i in 0..requests {
+        let key = if random {
+            pick.random_range(0..targets)
+        } else {
+            i % targets
+        };
+        run_request(&mut h, &mut b, key, SEC + i * MS);
+        if i == 999 {
+            evictions_before = h.stats().evictions;
+        }
+    }
+    let s = h.stats();
+    let churn = (s.evictions - evictions_before) as f64 / (requests - 1_000) as f64;
+    (churn, s.hedges_sent as f64 / requests as f64)
+}
+
+/// One target more than slots, in turn, is the worst case of a recency
+/// rule (each newcomer evicts the next one due): the busy targets keep
+/// their slots, and a newcomer takes one only once it has been asked for
+/// more than the slot's target.
+#[test]
+fn more_equal_targets_than_slots_do_not_churn_the_table() {
+    for (targets, random) in [
+        (5, false),
+        (5, true),
+        (6, true),
+        (8, true),
+        (40, true),
+        (40, false),
+    ] {
+        let (churn, rate) = equal_targets_over_four_slots(targets, random, false);
+        assert!(
+            churn <= 0.05,
+            "{targets} targets, random {random}: {churn} evictions a request"
+        );
+        // Unlimited budget: the p90 delay hedges about one request in ten.
+        assert!(
+            (0.07..=0.13).contains(&rate),
+            "{targets} targets: hedge rate {rate}"
+        );
+    }
+}
+
+/// With a budget per target, targets without a slot share the prototype
+/// budget: together they hedge at its share, as the others do at theirs,
+/// never above it (15 % of traffic), however many targets there are.
+#[test]
+fn more_targets_than_slots_keep_hedging_on_per_target_budgets() {
+    for (targets, random) in [(4, false), (5, false), (5, true), (8, true), (40, true)] {
+        let (_, rate) = equal_targets_over_four_slots(targets, random, true);
+        assert!(
+            (0.07..=0.15).contains(&rate),
+            "{targets} targets, random {random}: hedge rate {rate}"
+        );
+    }
+}
+
 #[test]
 fn a_hot_key_keeps_its_slot_among_cold_ones() {
     let mut h: Hedger<u32, Budget, 4> =
@@ -406,10 +480,11 @@ fn a_busy_key_keeps_its_slot_among_one_off_keys() {
     }
 }
 
-/// Busy keys that go quiet give their slots up: three keys with a quarter
-/// of the requests each fill a 4-slot table, then stop; a new key takes a
-/// fifth of the requests among one-off keys, gets a slot that stays, and
-/// the quiet ones leave.
+/// Busy keys that go quiet give their slots up to a busy newcomer: three
+/// keys with a quarter of the requests each fill a 4-slot table, then
+/// stop; a new key takes a fifth of the requests among one-off keys and
+/// gets a slot that stays. (The quiet keys keep the slots nobody else
+/// earns: keys asked for once are served without one.)
 #[test]
 fn quiet_keys_make_room_for_a_new_busy_one() {
     let mut h: Hedger<u64, Budget, 4> =
@@ -430,8 +505,6 @@ fn quiet_keys_make_room_for_a_new_busy_one() {
         own >= 0.99,
         "{own:.3} of the new busy key's requests had a delay of its own"
     );
-    let quiet = (1..4u64).filter(|k| h.window(k).is_some()).count();
-    assert_eq!(quiet, 0, "quiet keys still held");
 }
 
 #[test]

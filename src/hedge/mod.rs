@@ -128,17 +128,22 @@
 //!
 //! # Targets
 //! Each target (host, replica, endpoint: the caller's key `K`) has its own
-//! window in a table of `T` slots; when the table is full, a new target
-//! takes the slot of the least used one: each slot counts its target's
-//! recent requests (up to 15, all counts halved every `16 × T` evictions),
-//! and a target's first request counts only if it was evicted lately (one
-//! of the 32 last remembered). Keys seen once churn through one slot while
-//! busy targets keep theirs (a target with a thirtieth of the requests
-//! among a stream of one-off keys does); a target that goes quiet leaves
-//! within `64 × T` evictions. Every sample is also
+//! window in a table of `T` slots. Each request counts one for its target
+//! (up to 15; all counts halved every `16 × T` requests to targets without
+//! a slot), whether it has a slot or is one of the 32 keys without one
+//! remembered lately. When the table is full, a target without a slot
+//! takes the slot of the least used one only once its count, this request
+//! included, is two above that one's; a target's first request counts for
+//! nothing once it has a slot. So busy targets keep their slots among keys
+//! seen once (a target with a thirtieth of the requests among a stream of
+//! one-off keys does), targets asked for equally often do not evict one
+//! another in turn (12 in turn over 3 slots: no eviction, where a recency
+//! rule evicts at every request), and a quiet target gives its slot to a
+//! busy newcomer within about `64 × T` such requests. Every sample is also
 //! recorded in one aggregate window (when `T > 1`), and a target whose own
-//! window is cold, or was evicted, gets the aggregate's delay
-//! ([`DelaySource::Aggregate`]) rather than none. A hedge sent to another
+//! window is cold, or that has no slot, gets the aggregate's delay
+//! ([`DelaySource::Aggregate`]) rather than none; with budgets per target
+//! ([`Hedger::with_budget_per_target`]), targets without a slot share one. A hedge sent to another
 //! replica can say so ([`Request::route`]), so its latency is recorded
 //! under the replica that served it, and the attempt counts as a use of
 //! that replica's slot. With `T = 1` there is one slot and no aggregate:
@@ -359,6 +364,9 @@ where
     /// like `prototype`. A target entering the table (for the first time,
     /// or again after an eviction) gets [`HedgeBudget::drained`]: it must
     /// earn its tokens, so churn through the table cannot refill budgets.
+    /// Targets without a slot (more targets than `T`; see *Targets* in the
+    /// module docs) deposit into and draw from `prototype` itself, one
+    /// budget for all of them.
     ///
     /// # Errors
     /// The first problem [`HedgeConfig::validate`] finds.
@@ -426,12 +434,21 @@ impl<K: PartialEq + Copy, B: HedgeBudget, const T: usize, S: Store, M: IndexMapp
                     entry.touch(now);
                 }
                 match (&self.budget, &entry.budget) {
-                    (BudgetScope::Shared(b), _) | (_, Some(b)) => b.on_request(now),
-                    (BudgetScope::PerTarget(_), None) => {}
+                    (BudgetScope::Shared(b), _)
+                    | (BudgetScope::PerTarget(b), None)
+                    | (_, Some(b)) => {
+                        b.on_request(now);
+                    }
                 }
                 estimate(&self.config, &entry.window, now)
             }
-            None => None,
+            // No slot: the shared budget, or the one targets without a
+            // slot share.
+            None => {
+                let (BudgetScope::Shared(b) | BudgetScope::PerTarget(b)) = &self.budget;
+                b.on_request(now);
+                None
+            }
         };
         let delay = match own {
             Some(d) => Some((d, DelaySource::Target)),
@@ -478,13 +495,9 @@ impl<K: PartialEq + Copy, B: HedgeBudget, const T: usize, S: Store, M: IndexMapp
             .map(|p| (self.config.bound(p), DelaySource::Prior))
     }
 
-    /// The table index for `target`, inserting it (and evicting) if absent.
-    #[inline]
-    fn entry(&mut self, target: K, now: u64) -> usize {
-        self.entry_inserted(target, now).0
-    }
-
-    /// [`entry`](Self::entry), and whether the target was new to the table.
+    /// The table index for a use of `target` (a request, or an attempt
+    /// routed there): its entry, made if it earns a slot (see *Targets*),
+    /// `usize::MAX` (no entry) if it does not; and whether it is new.
     #[inline]
     fn entry_inserted(&mut self, target: K, now: u64) -> (usize, bool) {
         match self.table.find(&target) {
@@ -498,21 +511,50 @@ impl<K: PartialEq + Copy, B: HedgeBudget, const T: usize, S: Store, M: IndexMapp
     #[cold]
     #[inline(never)]
     fn insert_entry(&mut self, target: K, now: u64) -> (usize, bool) {
-        let Ok(window) =
-            LatencyWindow::with_rotation(self.mapping, self.rotation, self.config.quantile)
-        else {
-            // The quantile was validated at construction.
-            return (usize::MAX, false);
-        };
-        let budget = match &self.budget {
-            BudgetScope::Shared(_) => None,
-            BudgetScope::PerTarget(prototype) => Some(prototype.drained(now)),
-        };
-        let (index, evicted) = self.table.insert(Target::new(target, window, now, budget));
-        if evicted {
-            bump(&mut self.stats.evictions);
+        self.insert_entry_as(target, now, true)
+    }
+
+    /// The table index for a sample of `target` (a commit, which is no
+    /// request): its entry, made only if the table has room (with one slot,
+    /// it takes it); `usize::MAX` if it has none.
+    #[inline]
+    fn sample_entry(&mut self, target: K, now: u64) -> usize {
+        match self.table.find(&target) {
+            Some(i) => i,
+            None => self.insert_entry_as(target, now, false).0,
         }
-        (index, true)
+    }
+
+    /// [`insert_entry`](Self::insert_entry) for a request, or for another
+    /// use that takes a free slot only.
+    #[cold]
+    #[inline(never)]
+    fn insert_entry_as(&mut self, target: K, now: u64, request: bool) -> (usize, bool) {
+        let (mapping, rotation, quantile) = (self.mapping, self.rotation, self.config.quantile);
+        let budget = &self.budget;
+        let make = |key| {
+            // The quantile was validated at construction: never `None`.
+            let window = LatencyWindow::with_rotation(mapping, rotation, quantile).ok()?;
+            let budget = match budget {
+                BudgetScope::Shared(_) => None,
+                BudgetScope::PerTarget(prototype) => Some(prototype.drained(now)),
+            };
+            Some(Target::new(key, window, now, budget))
+        };
+        let made = if request {
+            self.table.insert(target, make)
+        } else {
+            self.table.insert_if_room(target, make)
+        };
+        match made {
+            Some((index, evicted)) => {
+                if evicted {
+                    bump(&mut self.stats.evictions);
+                }
+                (index, true)
+            }
+            None => (usize::MAX, false),
+        }
     }
 
     /// The caller's timer for `request` fired at `now`.
@@ -574,17 +616,17 @@ impl<K: PartialEq + Copy, B: HedgeBudget, const T: usize, S: Store, M: IndexMapp
         }
     }
 
-    /// The budget's own counters: the shared one, or the target's.
+    /// The counters of the budget `target` draws on: the shared one; with
+    /// budgets per target, the target's own, or, for a target without a
+    /// slot, the one those share (the prototype).
     pub fn budget_stats(&self, target: &K) -> Option<crate::BudgetStats> {
-        match &self.budget {
-            BudgetScope::Shared(b) => Some(b.stats()),
-            BudgetScope::PerTarget(_) => self
-                .table
-                .find(target)
-                .and_then(|i| self.table.get(i))
-                .and_then(|t| t.budget.as_ref())
-                .map(HedgeBudget::stats),
-        }
+        let (BudgetScope::Shared(shared) | BudgetScope::PerTarget(shared)) = &self.budget;
+        let own = self
+            .table
+            .find(target)
+            .and_then(|i| self.table.get(i))
+            .and_then(|t| t.budget.as_ref());
+        Some(own.unwrap_or(shared).stats())
     }
 
     /// The configuration.
@@ -635,17 +677,20 @@ impl<K: PartialEq + Copy, B: HedgeBudget, const T: usize, S: Store, M: IndexMapp
 impl<K: PartialEq + Copy, B: HedgeBudget, const T: usize, S: Store, M: IndexMapping>
     Hedger<K, B, T, S, M>
 {
-    /// Records one sample, exact or censored, in `target`'s window (its
-    /// entry made if evicted) and the aggregate: whether the target's
-    /// window took it.
+    /// Records one sample, exact or censored, in `target`'s window and the
+    /// aggregate: whether the target's window took it, or, for a target
+    /// without a slot (refused one, or evicted since its start, the table
+    /// full), the aggregate. A target without a slot takes a free one (with
+    /// one slot, the slot), as before its first request.
     // Always inlined on 64-bit targets (the common path's calls cost more
     // than their code); on 32-bit ones, where flash is scarce, at the
     // compiler's choice.
     #[cfg_attr(target_pointer_width = "64", inline(always))]
     #[cfg_attr(not(target_pointer_width = "64"), inline)]
     fn record_into<const EXACT: bool>(&mut self, target: K, now: u64, elapsed: u64) -> bool {
-        let index = self.entry(target, now);
-        let recorded = self.table.get_mut(index).is_some_and(|t| {
+        // A commit is no request: it earns no slot, but takes a free one.
+        let index = self.sample_entry(target, now);
+        let own = self.table.get_mut(index).map(|t| {
             let w = &mut t.window;
             if EXACT {
                 w.record(now, elapsed)
@@ -654,15 +699,16 @@ impl<K: PartialEq + Copy, B: HedgeBudget, const T: usize, S: Store, M: IndexMapp
             }
             .is_ok()
         });
-        if T > 1 {
+        let aggregate = T > 1 && {
             let w = &mut self.aggregate;
-            let _ = if EXACT {
+            if EXACT {
                 w.record(now, elapsed)
             } else {
                 w.record_censored(now, elapsed)
-            };
-        }
-        recorded
+            }
+            .is_ok()
+        };
+        own.unwrap_or(aggregate)
     }
 }
 
@@ -696,11 +742,11 @@ impl<K: PartialEq + Copy, B: HedgeBudget, const T: usize, S: Store, M: IndexMapp
         self.in_flight.release(sent_at);
     }
 
-    /// A routed attempt uses its target's slot as a start does (it enters
-    /// the table if absent).
+    /// A routed attempt uses its target's slot as a start does (it may
+    /// enter the table if absent, and then counts as its first use).
     fn touch_routed(&mut self, target: K, now: u64) {
-        let index = self.entry(target, now);
-        if let Some(t) = self.table.get_mut(index) {
+        let (index, new) = self.entry_inserted(target, now);
+        if let (Some(t), false) = (self.table.get_mut(index), new) {
             t.touch(now);
         }
     }
@@ -710,12 +756,15 @@ impl<K: PartialEq + Copy, B: HedgeBudget, const T: usize, S: Store, M: IndexMapp
         if let BudgetScope::Shared(b) = &self.budget {
             return b.try_acquire(now);
         }
-        // Per target: an evicted target re-enters with a drained budget.
-        let index = self.entry(target, now);
+        // Per target: its own (drained when it took its slot), or, without
+        // a slot, the one targets without a slot share.
+        let (BudgetScope::Shared(shared) | BudgetScope::PerTarget(shared)) = &self.budget;
         self.table
-            .get(index)
+            .find(&target)
+            .and_then(|i| self.table.get(i))
             .and_then(|t| t.budget.as_ref())
-            .is_some_and(|b| b.try_acquire(now))
+            .unwrap_or(shared)
+            .try_acquire(now)
     }
 
     #[inline]

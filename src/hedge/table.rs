@@ -39,44 +39,56 @@ impl<K, S: Store, B, M: IndexMapping> Target<K, S, B, M> {
     }
 }
 
-/// The most a slot's use count holds.
+/// The most a use count holds.
 const MAX_HITS: u8 = 15;
 
-/// Evicted keys remembered, without their state: a key that comes back
-/// while remembered was seen before, and enters with a use count of one.
-const GHOSTS: usize = 32;
+/// Keys without a slot remembered, with their use counts: those evicted
+/// and those refused one, lately.
+const CANDIDATES: usize = 32;
 
-/// Every `AGE_EVERY × T` evictions every use count is halved: counts
-/// reflect recent use, and a target that goes quiet falls to zero within
-/// four such periods.
+/// Every `AGE_EVERY × T` misses (requests to a key without a slot, the
+/// table full) every use count is halved: counts reflect recent use, and a
+/// target that goes quiet falls to zero within four such periods.
 const AGE_EVERY: u32 = 16;
 
+/// A key without a slot, and its recent use count.
+#[derive(Clone, Copy, Debug)]
+struct Candidate<K> {
+    key: K,
+    hits: u8,
+}
+
 /// Up to `T` targets, found by a linear scan (faster than hashing for the
-/// handful of hosts a client talks to). When full, a new target replaces
-/// the *least used* one: each request adds one to its target's use count
-/// (up to 15), and the slot with the smallest count goes (among equals,
-/// the first from a hand that moves past each victim, so equals take
-/// turns). A target's first request adds nothing, unless it was evicted
-/// recently (remembered, without its state, among up to 32 keys evicted
-/// last): keys seen once stay at zero and churn through one slot while
-/// busy targets keep theirs, and a key that starts being busy while they
-/// churn gets a count at its second request however short its first stay
-/// was. Every `16 × T` evictions all counts are halved, so a target that
-/// goes quiet leaves within 64 × T evictions. A busy target keeps its slot
-/// while it gets a couple of requests every `16 × T` evictions: a thirtieth
-/// of the traffic among one-off keys (a CLOCK sweep that took one from
-/// each count it passed evicted any target under 1/T of it). No timestamp
-/// is involved, so no clock anomaly can pin an entry.
+/// handful of hosts a client talks to). Each request adds one to its
+/// target's use count (up to 15); a key without a slot has a count too,
+/// while it is among the 32 remembered (evicted or refused lately, the
+/// oldest forgotten first). While the table has room a new key takes a
+/// slot. When it is full, a key without one takes the slot of the least
+/// used target (among equals, the first from a hand that moves past each
+/// victim) only once its own count, this request included, is at least
+/// two above that target's: a newcomer must have been asked for more than
+/// the target it replaces, by a margin, so that targets asked for equally
+/// often keep their slots rather than evict one another in turn (one more
+/// target than slots, in turn, evicted at every request under a recency
+/// rule). A key refused a slot is served without one (the hedger reads the
+/// aggregate window). An admitted key starts with its count less one: a
+/// target's first request adds nothing, so keys seen once never displace
+/// a target that was asked for, while a key that starts being busy gets a
+/// slot over an unused one at its second request. Every `16 × T` misses
+/// all counts, slots' and candidates', are halved, so a target that goes
+/// quiet gives its slot to a busy newcomer within about `64 × T` misses.
+/// No timestamp is involved, so no clock anomaly can pin an entry.
 #[derive(Clone, Debug)]
 pub(crate) struct Table<K, S: Store, B, M: IndexMapping, const T: usize> {
     targets: heapless::Vec<Target<K, S, B, M>, T>,
     hand: usize,
-    /// Keys evicted lately; when full, the one at `ghost_at` is replaced
-    /// (the oldest, but for the reordering a comeback's removal makes).
-    ghosts: heapless::Vec<K, GHOSTS>,
-    ghost_at: usize,
-    /// Evictions since counts were last halved.
-    evictions: u32,
+    /// Keys without a slot lately; when full, the one at `candidate_at`
+    /// is replaced (the oldest, but for the reordering an admission's
+    /// removal makes).
+    candidates: heapless::Vec<Candidate<K>, CANDIDATES>,
+    candidate_at: usize,
+    /// Misses since counts were last halved.
+    misses: u32,
 }
 
 impl<K: PartialEq + Copy, S: Store, B, M: IndexMapping, const T: usize> Table<K, S, B, M, T> {
@@ -84,9 +96,9 @@ impl<K: PartialEq + Copy, S: Store, B, M: IndexMapping, const T: usize> Table<K,
         Self {
             targets: heapless::Vec::new(),
             hand: 0,
-            ghosts: heapless::Vec::new(),
-            ghost_at: 0,
-            evictions: 0,
+            candidates: heapless::Vec::new(),
+            candidate_at: 0,
+            misses: 0,
         }
     }
 
@@ -106,80 +118,159 @@ impl<K: PartialEq + Copy, S: Store, B, M: IndexMapping, const T: usize> Table<K,
         self.targets.get(index)
     }
 
-    /// Inserts `target`, evicting if the table is full. Returns the new
-    /// entry's index and whether it evicted.
-    pub(crate) fn insert(&mut self, mut target: Target<K, S, B, M>) -> (usize, bool) {
-        if T > 1 {
-            // Seen before, lately: its second request counts.
-            if let Some(i) = self.ghosts.iter().position(|k| *k == target.key) {
-                self.ghosts.swap_remove(i);
-                self.ghost_at = self.ghost_at.min(self.ghosts.len());
-                target.hits = 1;
-            }
-        }
-        let target = match self.targets.push(target) {
-            Ok(()) => return (self.targets.len().saturating_sub(1), false),
-            Err(target) => target,
-        };
-        let len = self.targets.len();
-        if len == 0 {
-            return (usize::MAX, false); // T == 0: nothing can be stored
-        }
-        let victim = if T > 1 { self.least_used(len) } else { 0 };
-        match self.targets.get_mut(victim) {
-            Some(slot) => {
-                let old = core::mem::replace(slot, target);
-                if T > 1 {
-                    self.remember(old.key);
-                    self.age(len);
+    /// A request for `key`, which has no slot: gives it one, made by
+    /// `make` (called only then), if the table has room or `key` earns one
+    /// (see the type's docs). Returns the entry's index and whether a
+    /// target was evicted for it; `None` when it is refused a slot (or
+    /// `make` made nothing).
+    pub(crate) fn insert(
+        &mut self,
+        key: K,
+        make: impl FnOnce(K) -> Option<Target<K, S, B, M>>,
+    ) -> Option<(usize, bool)> {
+        self.insert_as(key, make, true)
+    }
+
+    /// A slot for `key` if the table has room (with one slot, the slot):
+    /// for a use that is no request, which earns no slot but may take a
+    /// free one. Counts nothing.
+    pub(crate) fn insert_if_room(
+        &mut self,
+        key: K,
+        make: impl FnOnce(K) -> Option<Target<K, S, B, M>>,
+    ) -> Option<(usize, bool)> {
+        self.insert_as(key, make, false)
+    }
+
+    /// [`insert`](Self::insert), or, unless `request`,
+    /// [`insert_if_room`](Self::insert_if_room).
+    fn insert_as(
+        &mut self,
+        key: K,
+        make: impl FnOnce(K) -> Option<Target<K, S, B, M>>,
+        request: bool,
+    ) -> Option<(usize, bool)> {
+        if T == 1 {
+            // One slot, no choice: the new key takes it.
+            let target = make(key)?;
+            return match self.targets.first_mut() {
+                Some(slot) => {
+                    *slot = target;
+                    Some((0, true))
                 }
-                (victim, true)
+                None => self.targets.push(target).ok().map(|()| (0, false)),
+            };
+        }
+        let len = self.targets.len();
+        if !request {
+            if len == T {
+                return None;
             }
-            None => (usize::MAX, false),
+            let mut target = make(key)?;
+            if let Some(at) = self.candidates.iter().position(|c| c.key == key) {
+                target.hits = self
+                    .candidates
+                    .get(at)
+                    .map_or(0, |c| c.hits.saturating_sub(1));
+                self.forget(at);
+            }
+            return self.targets.push(target).ok().map(|()| (len, false));
+        }
+        if len == T {
+            // A miss: counts age first, so that the newcomer's and the
+            // slots' are compared at one age.
+            self.age(len);
+        }
+        let (hits, at) = self.note(key);
+        if len < T {
+            self.forget(at);
+            let mut target = make(key)?;
+            target.hits = hits.saturating_sub(1);
+            return self.targets.push(target).ok().map(|()| (len, false));
+        }
+        let victim = self.least_used(len)?;
+        let least = self.targets.get(victim).map_or(0, |t| t.hits);
+        if hits < least.saturating_add(2) {
+            return None;
+        }
+        self.forget(at);
+        let mut target = make(key)?;
+        target.hits = hits.saturating_sub(1);
+        let slot = self.targets.get_mut(victim)?;
+        let old = core::mem::replace(slot, target);
+        self.hand = victim.wrapping_add(1).checked_rem(len).unwrap_or(0);
+        self.remember(Candidate {
+            key: old.key,
+            hits: old.hits,
+        });
+        Some((victim, true))
+    }
+
+    /// Counts a request for `key`, without a slot, among the candidates:
+    /// its count after it, and where it is.
+    fn note(&mut self, key: K) -> (u8, usize) {
+        if let Some(i) = self.candidates.iter().position(|c| c.key == key) {
+            if let Some(c) = self.candidates.get_mut(i) {
+                c.hits = c.hits.saturating_add(1).min(MAX_HITS);
+                return (c.hits, i);
+            }
+        }
+        (1, self.remember(Candidate { key, hits: 1 }))
+    }
+
+    /// Drops the candidate at `at` (it took a slot).
+    fn forget(&mut self, at: usize) {
+        if at < self.candidates.len() {
+            self.candidates.swap_remove(at);
+            self.candidate_at = self.candidate_at.min(self.candidates.len());
         }
     }
 
     /// The slot with the smallest use count, the first from the hand among
-    /// equals; the hand moves past it.
-    fn least_used(&mut self, len: usize) -> usize {
+    /// equals.
+    fn least_used(&self, len: usize) -> Option<usize> {
         let start = self.hand.checked_rem(len).unwrap_or(0);
-        let (mut victim, mut least) = (start, u8::MAX);
+        let (mut victim, mut least) = (None, u8::MAX);
         for step in 0..len {
             let i = start.wrapping_add(step).checked_rem(len).unwrap_or(0);
             let hits = self.targets.get(i).map_or(0, |t| t.hits);
-            if hits < least {
-                (victim, least) = (i, hits);
+            if victim.is_none() || hits < least {
+                (victim, least) = (Some(i), hits);
                 if hits == 0 {
                     break;
                 }
             }
         }
-        self.hand = victim.wrapping_add(1).checked_rem(len).unwrap_or(0);
         victim
     }
 
-    /// Remembers an evicted key, replacing the oldest when full.
-    fn remember(&mut self, key: K) {
-        if let Err(key) = self.ghosts.push(key) {
-            if let Some(slot) = self.ghosts.get_mut(self.ghost_at) {
-                *slot = key;
+    /// Remembers a key without a slot, replacing the oldest when full;
+    /// returns where it went.
+    fn remember(&mut self, candidate: Candidate<K>) -> usize {
+        match self.candidates.push(candidate) {
+            Ok(()) => self.candidates.len().saturating_sub(1),
+            Err(candidate) => {
+                let at = self.candidate_at;
+                if let Some(slot) = self.candidates.get_mut(at) {
+                    *slot = candidate;
+                }
+                self.candidate_at = at.wrapping_add(1).checked_rem(CANDIDATES).unwrap_or(0);
+                at
             }
-            self.ghost_at = self
-                .ghost_at
-                .wrapping_add(1)
-                .checked_rem(GHOSTS)
-                .unwrap_or(0);
         }
     }
 
-    /// Counts one eviction; every `AGE_EVERY × len` halves every count.
+    /// Counts one miss; every `AGE_EVERY × len` halves every count.
     fn age(&mut self, len: usize) {
-        self.evictions = self.evictions.saturating_add(1);
+        self.misses = self.misses.saturating_add(1);
         let period = u32::try_from(len).map_or(u32::MAX, |l| l.saturating_mul(AGE_EVERY));
-        if self.evictions >= period {
-            self.evictions = 0;
+        if self.misses >= period {
+            self.misses = 0;
             for t in &mut self.targets {
                 t.hits /= 2;
+            }
+            for c in &mut self.candidates {
+                c.hits /= 2;
             }
         }
     }
