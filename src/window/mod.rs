@@ -448,7 +448,10 @@ impl<M: IndexMapping, S: Store> LatencyWindow<M, S> {
 
     /// Whether `now` is within two periods of where the clock the window
     /// left at its last stale run would be now (it went on as the new one
-    /// did), within two periods of the new clock's leaving it.
+    /// did), within two periods of the new clock's leaving it. Out of
+    /// line: asked only of a timestamp two periods ahead.
+    #[cold]
+    #[inline(never)]
     fn is_left_clock(&self, now: u64) -> bool {
         let Some(left) = self.left else {
             return false;

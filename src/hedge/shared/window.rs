@@ -897,7 +897,10 @@ impl AtomicWindow {
 
     /// Whether `now` is where the clock left at the last stale run would be
     /// now, within two periods, two periods or less of the new clock after
-    /// leaving it (as `LatencyWindow`'s).
+    /// leaving it (as `LatencyWindow`'s). Out of line: asked only of a
+    /// timestamp two periods ahead.
+    #[cold]
+    #[inline(never)]
     fn is_left_clock<M: IndexMapping>(&self, p: &Params<M>, now: u64) -> bool {
         if !self.left.load(Ordering::Relaxed) {
             return false;
