@@ -241,6 +241,9 @@ impl<M: IndexMapping, P: Store, N: Store> DDSketch<M, P, N> {
     }
 
     /// An empty sketch over a given mapping.
+    // One copy on 32-bit targets, where flash is scarce (a window makes
+    // four); inlined at the compiler's choice elsewhere.
+    #[cfg_attr(not(target_pointer_width = "64"), inline(never))]
     pub fn with_mapping(mapping: M) -> Self {
         let mut sketch = Self {
             mapping,
@@ -816,6 +819,8 @@ impl<M: IndexMapping, P: Store, N: Store> DDSketch<M, P, N> {
     }
 
     /// Empties the sketch, keeping its mapping.
+    // One copy on 32-bit targets, as `with_mapping`.
+    #[cfg_attr(not(target_pointer_width = "64"), inline(never))]
     pub fn clear(&mut self) {
         self.positive.clear();
         self.negative.clear();

@@ -425,31 +425,26 @@ impl<K: PartialEq + Copy, B: HedgeBudget, const T: usize, S: Store, M: IndexMapp
     pub fn start(&mut self, target: K, now: u64, idempotency: Idempotency) -> Request<K> {
         bump(&mut self.stats.requests);
         let (index, new) = self.entry_inserted(target, now);
-        // One look at the entry: note the request, deposit, read the delay.
-        let own = match self.table.get_mut(index) {
+        // One look at the entry: note the request, read the delay, and its
+        // own budget if any.
+        let (own, budget) = match self.table.get_mut(index) {
             Some(entry) => {
                 // A target's first request leaves its use count at zero: a
                 // one-off target is the next to go, not the busy ones.
                 if !new {
                     entry.touch(now);
                 }
-                match (&self.budget, &entry.budget) {
-                    (BudgetScope::Shared(b), _)
-                    | (BudgetScope::PerTarget(b), None)
-                    | (_, Some(b)) => {
-                        b.on_request(now);
-                    }
-                }
-                estimate(&self.config, &entry.window, now)
+                (
+                    estimate(&self.config, &entry.window, now),
+                    entry.budget.as_ref(),
+                )
             }
-            // No slot: the shared budget, or the one targets without a
-            // slot share.
-            None => {
-                let (BudgetScope::Shared(b) | BudgetScope::PerTarget(b)) = &self.budget;
-                b.on_request(now);
-                None
-            }
+            None => (None, None),
         };
+        // The deposit: the shared budget, the target's own, or (no slot)
+        // the one targets without a slot share.
+        let (BudgetScope::Shared(shared) | BudgetScope::PerTarget(shared)) = &self.budget;
+        budget.unwrap_or(shared).on_request(now);
         let delay = match own {
             Some(d) => Some((d, DelaySource::Target)),
             None => self.fallback_delay(now),

@@ -36,11 +36,12 @@
 //!   `base` a fraction of 2⁶³, multiplied (and rounded down) only at a
 //!   bucket holding censored samples, `r₀` the risk set where the run
 //!   began. The threshold is `S < L` with `L = 1 − q·(m−1)/m` and
-//!   `S < (m − r)/m`, computed once a refresh ([`Level::threshold`]), and
-//!   is tested as `base · r < L · r₀` and `base · r < (m − r)/m · r₀` in
-//!   128-bit integers: no division per bucket.
+//!   `S < (m − r)/m`, both computed once a refresh ([`Level::threshold`]),
+//!   and is tested as `base · r < min(L, (m − r)/m) · r₀` in 128-bit
+//!   integers: no division per bucket.
 //!
-//! Exactness: the second bound is compared exactly; `L` is at most
+//! Exactness: `(m − r)/m` is at most 2⁻⁶³ below its real value (never
+//! above: a tie does not stop), `L` at most
 //! 2·2⁻⁶³ above its real value and `base` at most `C`·2⁻⁶³ below its own
 //! (`C` the buckets with censored samples after the first answer, each
 //! rounding once; the factors are ≤ 1, so earlier errors do not grow; a
@@ -48,9 +49,10 @@
 //! is the real-arithmetic product-limit answer exactly, except when at some
 //! bucket the real `F` lies within `(C + 2)·2⁻⁶³` below `q·(m−1)/m` while
 //! above `r/m`: there it may stop at that bucket, one before the real
-//! answer (tested against exact rationals below). With no censored bucket
-//! after the first answer it is exact: `S` is `(m − k)/m` and a tie
-//! (`q·(m−1)` whole, the median of an odd count) meets the exact bound.
+//! answer, or when `F` lies within 2⁻⁶³ above `r/m`: one after it (tested
+//! against exact rationals below). With no censored bucket after the
+//! first answer it is exact: `S` is a multiple of `1/m`, `(m − k)/m`, and
+//! a tie (`q·(m−1)` whole, the median of an odd count) does not stop.
 //! The float implementation this replaced rounded ~2⁻⁵³ a step and could
 //! miss in either direction.
 
@@ -156,65 +158,49 @@ impl Level {
     /// and `(m − r)/m`, `r` the sketch's rank of this level among `m`
     /// answers ([`rank`](Self::rank)); that is `F > max(q·(m−1), r)/m`.
     /// Both bounds agree but at ties (`q·(m−1)` whole: `L` is rounded up,
-    /// and only the exact second bound keeps `F = r/m` from stopping) and
-    /// where the float rank rounds `q·(m−1)` up to `r`. With censoring only
+    /// and only the second bound, rounded down, keeps `F = r/m` from
+    /// stopping) and where the float rank rounds `q·(m−1)` up to `r`. With censoring only
     /// below every answer (or none) `S` after `k` answers is `(m − k)/m`,
     /// so it stops at the first `k > r`: the sketch's rank rule, exactly.
-    pub(crate) fn threshold(&self, answers: u64) -> Threshold {
+    /// `rank` is [`rank`](Self::rank)`(answers)`, which the caller has.
+    pub(crate) fn threshold(&self, answers: u64, rank: u64) -> Threshold {
         let m = answers.max(1);
         // `r ≤ m − 1`: `1 ≤ a ≤ m`, so `a · 2⁶³ / m ≤ 2⁶³`.
-        let a = m.saturating_sub(self.rank(m));
-        let whole = mul_div(ONE, a, m);
-        // `a · 2⁶³ − whole · m`, below `m`: both products fit `u128`.
-        let rem = (u128::from(a) << 63).wrapping_sub(u128::from(whole).wrapping_mul(u128::from(m)));
+        let a = m.saturating_sub(rank);
         Threshold {
             limit: self.survival_limit(m),
-            whole,
-            rem: u64::try_from(rem).unwrap_or(0),
-            m,
+            below: mul_div(ONE, a, m),
         }
     }
 }
 
 /// The survivals below which the estimate stops, in units of 2⁻⁶³:
-/// `limit` (`L`, rounded up) and `whole + rem / m` exactly (see
-/// [`Level::threshold`]).
+/// `limit` (`L`, rounded up) and `below` (`(m − r)/m`, rounded down, by
+/// less than 2⁻⁶³; see [`Level::threshold`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Threshold {
     limit: u64,
-    whole: u64,
-    rem: u64,
-    m: u64,
+    below: u64,
 }
 
 impl Threshold {
     /// Whether `S = base · left / start` (units of 2⁻⁶³) is below both:
-    /// `base · left < limit · start` and
-    /// `base · left < whole · start + rem · start / m`, in integers. The
-    /// last term is below `start`, so it is looked at only when the two
-    /// sides are that close.
+    /// `base · left < limit · start` and `base · left < below · start`.
+    /// Rounded down, `below` never stops at `S = (m − r)/m` (a tie); it
+    /// could miss an `S` less than 2⁻⁶³ under it, which answers alone in
+    /// their buckets never give (`S` is then a multiple of `1/m`).
     #[inline]
     fn reached(&self, base: u64, left: u64, start: u64) -> bool {
-        // Each product is below 2⁶³ · 2⁶⁴ (and `over · m`, `rem · start`
-        // below 2⁶⁴ · 2⁶⁴): all fit `u128`.
+        // Each product is below 2⁶³ · 2⁶⁴: fits `u128`.
         let s = u128::from(base).wrapping_mul(u128::from(left));
-        if s >= u128::from(self.limit).wrapping_mul(u128::from(start)) {
-            return false;
-        }
-        let t = u128::from(self.whole).wrapping_mul(u128::from(start));
-        if s < t {
-            return true;
-        }
-        let over = s.wrapping_sub(t);
-        over < u128::from(start)
-            && over.wrapping_mul(u128::from(self.m))
-                < u128::from(self.rem).wrapping_mul(u128::from(start))
+        let bound = self.limit.min(self.below);
+        s < u128::from(bound).wrapping_mul(u128::from(start))
     }
 
     /// Whether a survival of `base` (units of 2⁻⁶³) is below both.
     #[inline]
     fn reached_by(&self, base: u64) -> bool {
-        base < self.limit && (base < self.whole || (base == self.whole && self.rem > 0))
+        base < self.limit.min(self.below)
     }
 }
 
@@ -364,7 +350,9 @@ pub(crate) fn quantile<X: Side>(halves: [Pair<'_, X>; 2], level: &Level) -> Opti
     // Without censoring the product reduces to the empirical distribution:
     // the sketch's own rank rule (the first bucket whose cumulative count
     // exceeds ⌊q·(n−1)⌋).
-    let rank = (censored == 0).then(|| level.rank(n));
+    // (Without censoring `n` is `exact`: one rank serves both rules.)
+    let r = level.rank(exact);
+    let rank = (censored == 0).then_some(r);
     if let Some(rank) = rank {
         if let Some(answer) = a.exact.union_at_rank(b.exact, rank) {
             return Some(finish(answer));
@@ -373,7 +361,7 @@ pub(crate) fn quantile<X: Side>(halves: [Pair<'_, X>; 2], level: &Level) -> Opti
     let mut seen = 0u64;
     // The rank rule on the answers: an attempt censored before every
     // answer then changes nothing.
-    let threshold = level.threshold(exact);
+    let threshold = level.threshold(exact, r);
     // S = base · r / start over the current run of uncensored buckets.
     let mut base = ONE;
     let mut start = n;
