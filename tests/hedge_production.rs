@@ -92,20 +92,29 @@ fn a_clock_stepped_back_an_hour_keeps_rotating() {
     let back = t - 3_600 * SEC;
     b.scale = 2.0;
     let rotations = h.window(&()).unwrap().rotations();
-    // The sixteenth request on the new clock makes it the window's time
-    // and restarts the period there: no rotation before...
-    let run = u64::from(LatencyWindow::<CubicMapping>::STALE_RUN);
-    let t = traffic(&mut h, &mut b, back, SEC, run);
+    // Its requests become the window's time once they span more than two
+    // periods (60 s, with at least 16 of them), and the period restarts
+    // there: no rotation before (a request a second is far from a
+    // rotation on count)...
+    let period = LatencyWindow::<CubicMapping>::DEFAULT_PERIOD_NS / SEC;
+    let old = back + 3_600 * SEC;
+    let t = traffic(&mut h, &mut b, back, SEC, 2 * period - 1);
+    assert!(h.delay_ns(&(), old).is_some(), "taken within two periods");
+    let t = traffic(&mut h, &mut b, t, SEC, 3);
     assert_eq!(h.window(&()).unwrap().rotations(), rotations);
+    assert_eq!(
+        h.delay_ns(&(), old),
+        None,
+        "not taken: the old time is no idle gap"
+    );
     // ...and one every period (30 s) after it, not an hour later (a
     // request's sample is at its commit, a few ms after its start: two
     // periods and two requests).
-    let period = LatencyWindow::<CubicMapping>::DEFAULT_PERIOD_NS / SEC;
     let t = traffic(&mut h, &mut b, t, SEC, 2 * period + 2);
     assert_eq!(h.window(&()).unwrap().rotations(), rotations + 2);
-    // Within those 16 requests and two rotation periods the delay is the
-    // new p90 (a stale one would be 50 % off), estimated from the ~30
-    // samples since: α plus sampling noise.
+    // Within those four periods the delay is the new p90 (a stale one
+    // would be 50 % off), estimated from the ~30 samples since the last
+    // rotation and the ~30 before: α plus sampling noise.
     assert_delay_near(&h, &b, t, 0.05);
 }
 
@@ -827,17 +836,18 @@ fn a_short_excursion_of_a_stale_clock_does_not_empty_the_window() {
     }
 }
 
-/// A clock stepped back for good: after [`LatencyWindow::STALE_RUN`]
-/// timestamps the window takes it as its time, so an idle gap on the new
-/// clock is an idle gap again (cold start, then warm on new samples only).
+/// A clock stepped back for good: once [`LatencyWindow::STALE_RUN`] or
+/// more timestamps on it span more than two rotation periods, the window
+/// takes it as its time, so an idle gap on the new clock is an idle gap
+/// again (cold start, then warm on new samples only).
 #[test]
 fn after_a_step_back_for_good_idle_gaps_are_seen_on_the_new_clock() {
     let mut h = unlimited(HedgeConfig::DEFAULT);
     let mut b = Backend::lognormal(5.0, 0.05, 21);
     let t = traffic(&mut h, &mut b, 7_200 * SEC, 10 * MS, 300);
     let back = t - 3_600 * SEC;
-    let run = u64::from(LatencyWindow::<CubicMapping>::STALE_RUN);
-    let t = traffic(&mut h, &mut b, back, 10 * MS, run);
+    let spanning = 2 * LatencyWindow::<CubicMapping>::DEFAULT_PERIOD_NS / (100 * MS);
+    let t = traffic(&mut h, &mut b, back, 100 * MS, spanning + 2);
     assert!(h.delay_ns(&(), t).is_some());
     // Three periods of silence on the new clock: cold.
     let quiet = t + 3 * LatencyWindow::<CubicMapping>::DEFAULT_PERIOD_NS;

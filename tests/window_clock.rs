@@ -4,7 +4,8 @@
 //! non-stale timestamp it has seen; a timestamp behind it by less than two
 //! periods is recorded but moves neither that time nor the rotation
 //! period's start; a stale one (two periods or more behind) neither, until
-//! a run of `STALE_RUN` distinct ones takes the new clock. Each property is
+//! a run of `STALE_RUN` distinct ones spanning more than two periods takes
+//! the new clock. Each property is
 //! checked on `LatencyWindow` and through `Hedger` and `SharedHedger`
 //! (publishing every sample at once, and in batches of 64), with numbers.
 
@@ -182,13 +183,21 @@ fn a_clock_stepped_back_under_two_periods_for_good_still_rotates() {
     assert!(counts.iter().all(|&c| c >= 100), "{counts:?}");
 }
 
-/// A clock stepped back two periods or more for good: `STALE_RUN` (16)
-/// distinct timestamps on it (repeats count once, a timestamp behind the
-/// window's time by less than two periods breaks no run) make it the
-/// window's time and restart the period there; 15 do not.
+/// A clock stepped back two periods or more for good is taken once
+/// `STALE_RUN` (16) distinct timestamps on it (repeats count once, a
+/// timestamp behind the window's time by less than two periods breaks no
+/// run) span more than two periods of it: the last becomes the window's
+/// time and the period restarts there. Fifteen timestamps over fourteen
+/// periods, or sixteen over two periods less 5 ns, are not taken.
 #[test]
-fn a_clock_stepped_back_for_good_is_taken_after_sixteen_timestamps() {
-    for stale in [RUN - 1, RUN] {
+fn a_clock_stepped_back_for_good_is_taken_after_sixteen_timestamps_over_two_periods() {
+    let over_two = 2 * PERIOD / (RUN - 1) + 1; // 15 gaps: 2 periods + 10 ns
+    for (stale, gap) in [
+        (RUN - 1, PERIOD),
+        (RUN, MS),
+        (RUN, over_two - 1),
+        (RUN, over_two),
+    ] {
         let mut w = window();
         let t = 7_200 * SEC;
         for i in 0..50 {
@@ -198,37 +207,33 @@ fn a_clock_stepped_back_for_good_is_taken_after_sixteen_timestamps() {
         let back = t - HOUR;
         for i in 0..stale {
             // Each timestamp twice (once), and a thread lagging 1 s between.
-            w.record(back + i * MS, 2 * MS).unwrap();
-            w.record(back + i * MS, 2 * MS).unwrap();
+            w.record(back + i * gap, 2 * MS).unwrap();
+            w.record(back + i * gap, 2 * MS).unwrap();
             if i + 1 < stale {
                 w.record(t - SEC, MS).unwrap();
             }
         }
         let recorded = 50 + 2 * stale + stale - 1;
         assert_eq!(w.count(), recorded);
-        if stale < RUN {
+        let last = back + (stale - 1) * gap;
+        if last - back < 2 * PERIOD || stale < RUN {
             // Not taken: the true time is still the window's time.
-            assert!(!w.is_idle_at(t + 2 * PERIOD - 1));
+            assert!(!w.is_idle_at(t + 2 * PERIOD - 1), "gap {gap}");
             assert!(w.is_idle_at(t + 2 * PERIOD));
             w.record(t + MS, MS).unwrap();
             assert_eq!(w.count(), recorded + 1);
         } else {
-            // Taken: the period restarted at the 16th, so a period on the
-            // new clock rotates, not before...
-            let last = back + (stale - 1) * MS;
+            // Taken: the true time is now an hour ahead, an idle gap...
+            assert_eq!(gap, over_two);
+            assert!(w.is_idle_at(t + MS));
             assert!(!w.is_idle_at(last + 2 * PERIOD - 1));
+            // ...and the period restarted at the 16th: a period on the
+            // new clock rotates, not before.
             w.record(last + PERIOD - 1, MS).unwrap();
             assert_eq!(w.rotations(), 0);
             w.record(last + PERIOD, MS).unwrap();
             assert_eq!(w.rotations(), 1);
             assert_eq!(w.count(), recorded + 2);
-            // ...and the true time, an hour ahead, is the clock left: no
-            // idle gap while it may come back, two periods of the new one;
-            // then it is one.
-            assert!(!w.is_idle_at(t + PERIOD + MS));
-            w.record(last + 2 * PERIOD, MS).unwrap();
-            assert!(w.is_idle_at(t + 2 * PERIOD + MS));
-            assert!(!w.is_idle_at(last + 2 * PERIOD + MS));
         }
     }
 }
@@ -401,45 +406,50 @@ fn a_thread_an_hour_behind_leaves_the_delay() {
     }
 }
 
-/// Two threads, one an hour behind the other, taking turns in runs of
-/// `run` requests each (a scheduler's time slices, a lane's batch), 1 ms
-/// apart on each clock, with the latencies of [`an_hour_behind`] (p95 =
-/// 20 ms): the delay read by each thread on its own clock after every run.
-fn turns_an_hour_apart(h: &mut dyn Drive, run: u64) -> Vec<(bool, Option<u64>)> {
+/// `clocks` threads, each an hour behind the one before, taking turns in
+/// runs of `run` requests each (a scheduler's time slices, a lane's
+/// batch), 1 ms apart on each clock, with the latencies of
+/// [`an_hour_behind`] (p95 = 20 ms): the delay read by each thread on its
+/// own clock after every run.
+fn turns_an_hour_apart(h: &mut dyn Drive, clocks: u64, run: u64) -> Vec<(u64, Option<u64>)> {
     let base = 10_000 * SEC;
     let mut delays = Vec::new();
     for i in 0..8_000u64 {
-        let behind = (i / run) % 2 == 1;
-        let t = base + i * MS - if behind { HOUR } else { 0 };
+        let clock = (i / run) % clocks;
+        let t = base + i * MS - clock * HOUR;
         let latency = if i % 13 == 0 { 20 * MS } else { MS };
         h.request(t, latency);
         if i >= 1_000 && (i + 1) % run == 0 {
-            delays.push((behind, h.delay(t + MS)));
+            delays.push((clock, h.delay(t + MS)));
         }
     }
     delays
 }
 
-/// However long the turns of a thread an hour behind, the window keeps
-/// every sample and reads warm on either clock: every delay read is the
-/// p95, 20 ms, within α. (A first turn of `STALE_RUN` or more takes the
-/// lagging clock; the other one coming back within two periods is taken
-/// back without emptying anything, and from then on a stale run must also
-/// span two periods.)
+/// Turns of threads an hour behind one another (two or three clocks), of
+/// any number of requests shorter than two periods (the others then still
+/// within two periods of the window's time), leave the window its clock
+/// and every sample: every
+/// delay read on either clock is the p95, 20 ms, within α. (A run of
+/// `STALE_RUN` stale timestamps takes a clock only once it also spans
+/// more than two periods.)
 #[test]
 fn a_thread_an_hour_behind_taking_turns_leaves_the_delay() {
     let config = config().quantile(0.95);
     for name in HEDGERS {
-        for run in [RUN - 1, RUN, 20, 64, 200, 1_000] {
-            let delays = turns_an_hour_apart(&mut *hedger(name, config), run);
-            assert!(delays.len() >= 7, "{name}, run {run}");
+        for (clocks, run) in [2, 3]
+            .into_iter()
+            .flat_map(|c| [RUN - 1, RUN, 20, 64, 200, 1_000].map(|r| (c, r)))
+        {
+            let delays = turns_an_hour_apart(&mut *hedger(name, config), clocks, run);
+            assert!(delays.len() >= 7, "{name}, {clocks} clocks, run {run}");
             let off: Vec<_> = delays
                 .iter()
                 .filter(|(_, d)| !within_alpha(Some(20 * MS), *d))
                 .collect();
             assert!(
                 off.is_empty(),
-                "{name}, run {run}: {} of {} reads off: {:?}",
+                "{name}, {clocks} clocks, run {run}: {} of {} reads off: {:?}",
                 off.len(),
                 delays.len(),
                 &off[..off.len().min(5)]
@@ -496,8 +506,9 @@ fn a_clock_stepped_back_under_two_periods_for_good_is_followed() {
 }
 
 /// What held before still holds, through every hedger: a clock stepped back
-/// an hour for good is taken after 16 requests (an idle gap on it then
-/// reads cold), a timestamp two periods ahead reads cold, and the delay
+/// an hour for good is taken once its requests span more than two periods
+/// (before, the delay is read on either clock; after, the old time is an
+/// idle gap), a timestamp two periods ahead reads cold, and the delay
 /// recovers to within α of the new latency.
 #[test]
 fn a_clock_stepped_back_for_good_and_a_jump_ahead_are_recovered_from() {
@@ -508,18 +519,25 @@ fn a_clock_stepped_back_for_good_and_a_jump_ahead_are_recovered_from() {
             h.request(t, 2 * MS);
             t += 10 * MS;
         }
-        // Fifteen requests an hour back: the true time is still warm.
+        // Requests an hour back, 100 ms apart, over two periods: the true
+        // time is still warm, and the new clock reads the delay too.
         let back = t - HOUR;
-        for i in 0..RUN - 1 {
-            h.request(back + i * MS, 3 * MS);
+        let spanning = 2 * PERIOD / (100 * MS);
+        for i in 0..spanning {
+            h.request(back + i * 100 * MS, 3 * MS);
+            let now = back + i * 100 * MS + 4 * MS;
+            assert!(
+                h.delay(now).is_some(),
+                "{name}: cold at {i} on the new clock"
+            );
         }
-        assert!(h.delay(t).is_some(), "{name}: cold after 15");
-        // The sixteenth: the new clock is the window's time.
-        h.request(back + (RUN - 1) * MS, 3 * MS);
-        let last = back + (RUN - 1) * MS + 3 * MS;
+        assert!(h.delay(t).is_some(), "{name}: cold after two periods");
+        // The next spans more than two periods: the new clock is the
+        // window's time.
+        h.request(back + spanning * 100 * MS, 3 * MS);
+        let last = back + spanning * 100 * MS + 3 * MS;
         assert!(h.delay(last + MS).is_some(), "{name}");
-        // The old time is the clock left: warm while it may come back.
-        assert!(h.delay(t).is_some(), "{name}: the old time reads cold");
+        assert_eq!(h.delay(t), None, "{name}: the old time is an idle gap now");
         // Traffic on the new clock, 4 ms: followed within two periods.
         let mut clock = last + 10 * MS;
         for _ in 0..2_100 {
@@ -531,9 +549,6 @@ fn a_clock_stepped_back_for_good_and_a_jump_ahead_are_recovered_from() {
             "{name}: {:?}",
             h.delay(clock)
         );
-        // Over two periods on, the old clock did not come back: its time
-        // is an idle gap now.
-        assert_eq!(h.delay(t + (clock - last)), None, "{name}: the old clock");
         // Two periods ahead: cold; then warm again at the new latency after
         // `min_samples` (20) answers.
         let ahead = clock + 2 * PERIOD + 4 * MS;

@@ -7,11 +7,9 @@
 //! time is the largest timestamp taken since the last restart (an idle gap
 //! or a completed stale run), timestamps behind it move neither it nor the
 //! period's start, and stale ones (two periods or more behind) take the
-//! new clock after a run of `STALE_RUN` distinct ones with none between
-//! them that moves the window's time (spanning two periods too, once a
-//! clock left came back); the clock left is taken back, nothing emptied,
-//! when a timestamp two periods ahead is where it would be, within two
-//! periods of the new clock's leaving it. Counts and rotations match exactly,
+//! new clock after a run of `STALE_RUN` distinct ones, spanning two periods
+//! or more, with none between them that moves the window's time. Counts
+//! and rotations match exactly,
 //! reads never change the window, and with only exact samples the union
 //! quantile is within α of the exact one (the estimate is whole
 //! nanoseconds, rounded down). Both mappings: the default cubic one and
@@ -69,11 +67,6 @@ struct Model {
     /// given since the window's time last changed, a repeat of the one
     /// before left out.
     stale: Vec<u64>,
-    /// The clock left at the last completed stale run: its time, and the
-    /// new clock's timestamp that took over.
-    left: Option<(u64, u64)>,
-    /// A clock left came back since the last completed stale run.
-    two_clocks: bool,
     current: Vec<u64>,
     previous: Vec<u64>,
     current_censored: Vec<u64>,
@@ -111,20 +104,7 @@ impl Model {
         let time = self.time();
         let idle = idle_gap(period);
         if now > time && idle.is_some_and(|idle| now - time >= idle) {
-            if self.is_left(now, period) {
-                // The clock left came back: the time returns to it, the
-                // period keeps its progress, nothing is emptied.
-                let into = time.saturating_sub(start);
-                self.left = None;
-                self.two_clocks = true;
-                self.taken = vec![now];
-                self.stale.clear();
-                self.start = Some(now.saturating_sub(into));
-                return;
-            }
             // Idle for two periods: both halves are emptied (no rotation).
-            self.left = None;
-            self.two_clocks = false;
             self.current.clear();
             self.previous.clear();
             self.current_censored.clear();
@@ -139,11 +119,9 @@ impl Model {
             }
             let first = self.stale.first().copied().unwrap_or(now);
             if self.stale.len() >= STALE_RUN
-                && (!self.two_clocks || idle.is_some_and(|idle| now.saturating_sub(first) >= idle))
+                && idle.is_some_and(|idle| now.saturating_sub(first) >= idle)
             {
                 // The clock was stepped back for good.
-                self.left = Some((time, now));
-                self.two_clocks = false;
                 self.restart(now);
             }
             return;
@@ -177,20 +155,6 @@ impl Model {
     fn idle_at(&self, now: u64, period: u64) -> bool {
         self.start.is_some()
             && idle_gap(period).is_some_and(|idle| now.saturating_sub(self.time()) >= idle)
-            && !self.is_left(now, period)
-    }
-
-    /// Whether `now` is where the clock left would be now (it went on as
-    /// the new one did since), within less than two periods, less than two
-    /// periods of the new clock after it was left.
-    fn is_left(&self, now: u64, period: u64) -> bool {
-        let (Some((left, at)), Some(idle)) = (self.left, idle_gap(period)) else {
-            return false;
-        };
-        let Some(since) = self.time().checked_sub(at) else {
-            return false;
-        };
-        since < idle && now.abs_diff(left.saturating_add(since)) < idle
     }
 
     fn count(&self) -> u64 {

@@ -107,16 +107,14 @@
 //! *Time* in [`crate::window`]): a sample behind it by less than two
 //! rotation periods (a thread whose clock lags, a clock stepped back a
 //! little) is recorded and moves neither that time nor the rotation
-//! period; a stale one, two periods or more behind, neither, until 16
-//! distinct stale timestamps with none between them that moves the
-//! window's time take the new clock (a clock stepped back for good); one
-//! two periods or more ahead is an idle gap and empties the window —
-//! unless it is the clock left at the last such run coming back within two
-//! periods: then two clocks are live, the window goes back to that clock
-//! without emptying anything, and a later run is taken only if it also
-//! spans two periods. So a lagging thread, however long its turns, or a
-//! clock that steps back and returns, costs no estimate and hastens no
-//! rotation. The table's eviction uses no
+//! period; a stale one, two periods or more behind, neither, until 16 or
+//! more distinct stale timestamps spanning more than two periods, with
+//! none between them that moves the window's time, take the new clock (a
+//! clock stepped back for good: the window's own silent as long as makes
+//! an idle gap); one two periods or more ahead is an idle gap and empties
+//! the window. So threads whose clocks lag, taking turns shorter than two
+//! periods with one on the window's clock, or a clock that steps back and
+//! returns, cost no estimate and hasten no rotation. The table's eviction uses no
 //! timestamp. The in-flight count keeps four time slots a lease, by send
 //! time, and cannot tell a hedge stamped by another clock from one sent
 //! after the clock jumped: one a lease or more from the others takes its

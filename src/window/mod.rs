@@ -43,26 +43,23 @@
 //!   time again; rotation on time waits for it, so the next one comes at
 //!   most the step late (rotation on count does not wait).
 //! * **Stale**, two periods or more behind: neither moves, and the window
-//!   does not rotate on time — until a run of
+//!   does not rotate on time — until a run of at least
 //!   [`STALE_RUN`](LatencyWindow::STALE_RUN) (16) distinct stale
-//!   timestamps (repeats of one count once) with no timestamp between them
-//!   that moves the window's time. Then the clock was stepped back for
-//!   good: the window's time becomes the last of them and the period
-//!   restarts there, so idle gaps and rotation follow the new clock. A
-//!   shorter run — a clock that steps back and returns, a thread whose
-//!   clock is stale — changes neither; until a run completes, idle gaps on
-//!   the new clock go unseen, which keeps the old estimate a little longer,
-//!   never a made-up one.
-//! * **The clock left**: for two periods of the new clock after a run was
-//!   taken, a timestamp within two periods of where the old clock would
-//!   be by then is that clock coming back (a thread whose clock lags took
-//!   a turn of 16 requests or more; the others are back), not an idle
-//!   gap: the window's time returns to it, the current period keeps its
-//!   progress, nothing is emptied, and reads there are warm meanwhile.
-//!   From then on two clocks are live, and a stale run is taken only once
-//!   it also spans more than two periods (the other clock silent as long
-//!   as makes an idle gap), so a lagging thread's turns, however long,
-//!   leave the window's clock alone.
+//!   timestamps (repeats of one count once) spanning more than two periods
+//!   of their own clock, with no timestamp between them that moves the
+//!   window's time: its clock has then been silent for as long as makes
+//!   an idle gap. Then the clock was stepped back for good: the window's
+//!   time becomes the last of them and the period restarts there, so idle
+//!   gaps and rotation follow the new clock. A shorter run — a clock that
+//!   steps back and returns, threads whose clocks lag (by any amount, as
+//!   many as there are) taking turns shorter than two periods with one on
+//!   the window's clock — changes neither. Until a run completes, the
+//!   samples are recorded and the window rotates on count; idle gaps on
+//!   the new clock go unseen and it does not rotate on time, which keeps
+//!   the old estimate a little longer, never a made-up one. A turn of two
+//!   periods or more with the window's clock silent takes the lagging
+//!   clock; the window's clock, back, is then two periods ahead: an idle
+//!   gap, as it would be had nothing been recorded meanwhile.
 //!
 //! Rotation on time compares `now` with the period's start, which moves
 //! only at a rotation (to the window's time), the first timestamp, an idle
@@ -138,14 +135,6 @@ pub(crate) fn idle_after(period_ns: u64) -> u64 {
     period_ns
         .checked_mul(2)
         .map_or(u64::MAX, |two| two.saturating_sub(1))
-}
-
-/// A clock a window left for a stale one: where it stood, and the new
-/// clock's time when it was left.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct LeftClock {
-    time: u64,
-    at: u64,
 }
 
 /// When a [`LatencyWindow`] rotates; see the module docs.
@@ -259,20 +248,12 @@ pub struct LatencyWindow<M: IndexMapping = CubicMapping, S: Store = CollapsingLo
     /// Distinct stale timestamps (two periods or more behind `time`;
     /// repeats of one count once) since `time` last moved, the first and
     /// the last of them, and the `time` they are behind: at
-    /// [`STALE_RUN`](Self::STALE_RUN) (spanning two periods, once two
-    /// clocks were live) the last becomes the window's time.
+    /// [`STALE_RUN`](Self::STALE_RUN) of them spanning more than two
+    /// periods the last becomes the window's time.
     stale_run: u32,
     stale_since: u64,
     stale_at: u64,
     stale_of: u64,
-    /// The clock the window left when it last took a stale one, for two
-    /// periods of the new clock: a timestamp where it would be now is that
-    /// clock coming back, not an idle gap.
-    left: Option<LeftClock>,
-    /// A clock left came back: two clocks are live (a thread whose clock
-    /// lags, taking turns with the others). Until the next stale run is
-    /// taken, one must span two periods to be.
-    two_clocks: bool,
     quantile: Level,
     /// The cached estimate, whole nanoseconds.
     cached_ns: Option<u64>,
@@ -345,8 +326,6 @@ impl<M: IndexMapping, S: Store> LatencyWindow<M, S> {
             stale_since: 0,
             stale_at: 0,
             stale_of: 0,
-            left: None,
-            two_clocks: false,
             quantile: level,
             cached_ns: None,
             rotations: 0,
@@ -364,11 +343,10 @@ impl<M: IndexMapping, S: Store> LatencyWindow<M, S> {
     /// Distinct stale timestamps (two periods or more behind the window's
     /// time), with none between them that moves the window's time, after
     /// which the last of them becomes the window's time and the period
-    /// restarts there: the clock was stepped back for good. A shorter run
-    /// (a clock that steps back and returns, a thread whose clock is
-    /// stale) changes neither. Once a clock left this way came back, a run
-    /// must also span more than two periods. See *Time* in the module
-    /// docs.
+    /// restarts there — once they also span more than two periods: the
+    /// clock was stepped back for good. A shorter run (a clock that steps
+    /// back and returns, a thread whose clock is stale taking turns with
+    /// others) changes neither. See *Time* in the module docs.
     pub const STALE_RUN: u32 = 16;
 
     /// Brings the window to time `now` (see *Time* in the module docs):
@@ -379,12 +357,9 @@ impl<M: IndexMapping, S: Store> LatencyWindow<M, S> {
     /// * one behind by less than two periods changes neither the window's
     ///   time nor the period's start;
     /// * a stale one, two periods or more behind, changes neither until it
-    ///   completes a run of [`STALE_RUN`](Self::STALE_RUN) (spanning two
-    ///   periods, once a clock left came back): then the window's time and
-    ///   the period start at `now`;
-    /// * one two periods or more ahead that is the clock left at the last
-    ///   such run, coming back, is the window's time again (nothing
-    ///   emptied, the period's progress kept).
+    ///   completes a run of [`STALE_RUN`](Self::STALE_RUN) spanning more
+    ///   than two periods: then the window's time and the period start at
+    ///   `now`.
     ///
     /// Then, unless `now` is stale, the window rotates if `now` is a
     /// period or more after the period's start and the current half holds
@@ -400,7 +375,7 @@ impl<M: IndexMapping, S: Store> LatencyWindow<M, S> {
         // Each difference is taken where it is positive: no wrap.
         if now > time {
             if now.wrapping_sub(time) > self.idle_after_ns {
-                self.jump_ahead(now);
+                self.restart_after_idle(now);
                 return;
             }
             self.time = now;
@@ -415,58 +390,21 @@ impl<M: IndexMapping, S: Store> LatencyWindow<M, S> {
         }
     }
 
-    /// A timestamp two periods or more ahead of the window's time: the
-    /// clock the window left at its last stale run coming back (two clocks
-    /// are live: back to it, the current period's progress kept, nothing
-    /// emptied), or else an idle gap.
+    /// After an idle gap: empty, cold, time and period starting at `now`.
     #[cold]
     #[inline(never)]
-    fn jump_ahead(&mut self, now: u64) {
-        if self.is_left_clock(now) {
-            let into_period = self
-                .current_start
-                .map_or(0, |start| self.time.saturating_sub(start));
-            self.left = None;
-            self.two_clocks = true;
-            self.stale_run = 0;
-            self.time = now;
-            self.current_start = Some(now.saturating_sub(into_period));
-        } else {
-            self.restart_after_idle(now);
-        }
-    }
-
-    /// After an idle gap: empty, cold, time and period starting at `now`.
     fn restart_after_idle(&mut self, now: u64) {
         self.empty();
         self.time = now;
         self.current_start = Some(now);
-        self.left = None;
-        self.two_clocks = false;
         self.refresh();
-    }
-
-    /// Whether `now` is within two periods of where the clock the window
-    /// left at its last stale run would be now (it went on as the new one
-    /// did), within two periods of the new clock's leaving it. Out of
-    /// line: asked only of a timestamp two periods ahead.
-    #[cold]
-    #[inline(never)]
-    fn is_left_clock(&self, now: u64) -> bool {
-        let Some(left) = self.left else {
-            return false;
-        };
-        let Some(since) = self.time.checked_sub(left.at) else {
-            return false;
-        };
-        since <= self.idle_after_ns
-            && now.abs_diff(left.time.saturating_add(since)) <= self.idle_after_ns
     }
 
     /// A stale timestamp, two periods or more behind the window's time
     /// `time`: counted (a repeat of the last one once); the one that makes
-    /// [`STALE_RUN`](Self::STALE_RUN) since `time` last moved becomes the
-    /// window's time and the period's start.
+    /// [`STALE_RUN`](Self::STALE_RUN) since `time` last moved, more than
+    /// two periods after the first of them, becomes the window's time and
+    /// the period's start.
     #[cold]
     #[inline(never)]
     fn note_stale(&mut self, now: u64, time: u64) {
@@ -482,17 +420,15 @@ impl<M: IndexMapping, S: Store> LatencyWindow<M, S> {
             self.stale_run = self.stale_run.saturating_add(1);
             self.stale_at = now;
         }
-        // Once a clock left came back, the window's clock must also have
-        // been silent for two periods of the new one: by then it would read
-        // as an idle gap anyway.
+        // Two periods on the new clock with the window's clock silent all
+        // along: by then that clock would read as an idle gap anyway. A
+        // thread whose clock lags takes turns with the others far more
+        // often, however many clocks take turns.
         if self.stale_run >= Self::STALE_RUN
-            && (!self.two_clocks || now.saturating_sub(self.stale_since) > self.idle_after_ns)
+            && now.saturating_sub(self.stale_since) > self.idle_after_ns
         {
-            // The clock was stepped back for good (as far as we can tell:
-            // the one left is remembered for two periods, in case).
+            // The clock was stepped back for good.
             self.stale_run = 0;
-            self.left = Some(LeftClock { time, at: now });
-            self.two_clocks = false;
             self.time = now;
             self.current_start = Some(now);
         }
@@ -625,13 +561,10 @@ impl<M: IndexMapping, S: Store> LatencyWindow<M, S> {
     }
 
     /// Whether the window would be emptied at `now`: two periods or more
-    /// after the window's time, and not the clock it left at its last
-    /// stale run coming back (see *Time* in the module docs).
+    /// after the window's time (see *Time* in the module docs).
     #[inline]
     pub fn is_idle_at(&self, now: u64) -> bool {
-        self.current_start.is_some()
-            && now.saturating_sub(self.time) > self.idle_after_ns
-            && !self.is_left_clock(now)
+        self.current_start.is_some() && now.saturating_sub(self.time) > self.idle_after_ns
     }
 
     /// A fresh product-limit estimate of any quantile over both halves, in
@@ -720,8 +653,6 @@ impl<M: IndexMapping, S: Store> LatencyWindow<M, S> {
         self.current_start = None;
         self.time = 0;
         self.stale_run = 0;
-        self.left = None;
-        self.two_clocks = false;
         self.cached_ns = None;
         self.next_check = 1;
     }
@@ -786,28 +717,27 @@ mod tests {
     #[test]
     fn a_run_of_stale_timestamps_moves_time_only_when_it_is_long() {
         let run = u64::from(LatencyWindow::<CubicMapping>::STALE_RUN);
-        for stale in [1, 2, run - 1, run] {
+        // Long: sixteen timestamps spanning more than two periods (20 s).
+        for (stale, gap) in [
+            (1, 2 * SEC),
+            (2, 2 * SEC),
+            (run - 1, 2 * SEC),
+            (run, 1),
+            (run, 2 * SEC),
+        ] {
             let mut w = window();
             let t = 7_200 * SEC;
             w.record(t, 100).unwrap();
             for i in 0..stale {
                 // Two samples at each timestamp: a repeat counts once.
-                w.record(t - 3_600 * SEC + i, 100).unwrap();
-                w.record(t - 3_600 * SEC + i, 100).unwrap();
+                w.record(t - 3_600 * SEC + i * gap, 100).unwrap();
+                w.record(t - 3_600 * SEC + i * gap, 100).unwrap();
             }
-            // Taken only by a long run: then two periods on the new clock
-            // are an idle gap.
-            let last = t - 3_600 * SEC + stale - 1;
-            assert_eq!(
-                w.is_idle_at(last + 20 * SEC),
-                stale >= run,
-                "a run of {stale}"
-            );
-            // Back to the true time: the clock left, if the run took over,
-            // is taken back; nothing is emptied.
+            // Back to the true time: an idle gap only if the run took over.
             w.record(t + 1, 100).unwrap();
-            assert_eq!(w.count(), 2 * stale + 2, "a run of {stale}");
-            assert!(!w.is_idle_at(t + 1 + 20 * SEC - 1));
+            let long = stale == run && gap > 1;
+            let kept = if long { 1 } else { 2 * stale + 2 };
+            assert_eq!(w.count(), kept, "a run of {stale}, {gap} ns apart");
         }
     }
 
@@ -834,14 +764,16 @@ mod tests {
         let mut w = window();
         let t = 7_200 * SEC;
         w.record(t, 100).unwrap();
-        // One hour back, a second apart: stale, until the sixteenth, where
-        // the window's time and the period restart.
+        // One hour back, two seconds apart: stale, until the sixteenth (30 s
+        // on, more than two periods), where the window's time and the
+        // period restart.
         let back = t - 3_600 * SEC;
         for i in 0..16 {
-            w.record(back + i * SEC, 200).unwrap();
+            w.record(back + i * 2 * SEC, 200).unwrap();
             assert_eq!(w.rotations(), 0, "{i}");
+            assert_eq!(w.is_idle_at(t), i == 15, "{i}");
         }
-        let taken = back + 15 * SEC;
+        let taken = back + 30 * SEC;
         assert!(!w.is_idle_at(taken + 20 * SEC - 1));
         // Rotation goes on from the new time, not an hour later.
         w.record(taken + 10 * SEC - 1, 300).unwrap();

@@ -26,8 +26,8 @@
 //! (see *Time* in [`crate::window`]): the window's time is the latest
 //! non-stale timestamp, a timestamp behind it by less than two periods
 //! moves neither it nor the period's start, a stale one neither until a
-//! run of `STALE_RUN` completes, and one two periods ahead is an idle gap
-//! unless it is the clock left at the last completed run coming back.
+//! run of `STALE_RUN` spanning more than two periods completes, and one two
+//! periods ahead is an idle gap.
 //!
 //! # Rotation, refresh, and the one thread that does them
 //! Rotating, emptying after an idle gap, restarting the window's time and
@@ -536,22 +536,14 @@ pub(crate) struct AtomicWindow {
     /// Written by most samples, so on a line of its own, away from what
     /// every request reads.
     time: Padded<AtomicU64>,
-    /// Distinct stale timestamps since `time` last moved, the last of them
-    /// and the `time` they are behind, as in `LatencyWindow` (they leave
-    /// `time` and `start` alone until `STALE_RUN`).
+    /// Distinct stale timestamps since `time` last moved, the first and
+    /// the last of them and the `time` they are behind, as in
+    /// `LatencyWindow` (they leave `time` and `start` alone until
+    /// `STALE_RUN` of them span more than two periods).
     stale_run: AtomicU32,
     stale_since: AtomicU64,
     stale_at: AtomicU64,
     stale_of: AtomicU64,
-    /// The clock left when the window last took a stale one (its time,
-    /// and the new clock's time then; `left` whether there is one), and
-    /// whether a clock left came back, as in `LatencyWindow`. Written
-    /// under the flag, read by the thread that holds it and by idleness
-    /// checks (a stale value there errs for one read).
-    left: AtomicBool,
-    left_time: AtomicU64,
-    left_at: AtomicU64,
-    two_clocks: AtomicBool,
     /// Bumped by every rotation, idle gap's emptying and completed stale
     /// run.
     generation: AtomicU64,
@@ -577,10 +569,6 @@ impl AtomicWindow {
             stale_since: AtomicU64::new(0),
             stale_at: AtomicU64::new(0),
             stale_of: AtomicU64::new(0),
-            left: AtomicBool::new(false),
-            left_time: AtomicU64::new(0),
-            left_at: AtomicU64::new(0),
-            two_clocks: AtomicBool::new(false),
             generation: AtomicU64::new(0),
             busy: Padded(AtomicBool::new(false)),
             cached: AtomicU64::new(0),
@@ -809,28 +797,12 @@ impl AtomicWindow {
             }
             match step {
                 Step::Empty => {
-                    let time = self.time.0.load(Ordering::Relaxed);
-                    if now.saturating_sub(time) <= p.idle_after {
+                    if now.saturating_sub(self.time.0.load(Ordering::Relaxed)) <= p.idle_after {
                         return; // another thread's timestamp closed the gap
-                    }
-                    if self.is_left_clock(p, now) {
-                        // The clock left at the last stale run came back:
-                        // back to it, the period's progress kept.
-                        let into = time.saturating_sub(self.start.load(Ordering::Relaxed));
-                        self.left.store(false, Ordering::Relaxed);
-                        self.two_clocks.store(true, Ordering::Relaxed);
-                        self.stale_run.store(0, Ordering::Relaxed);
-                        self.time.0.store(now, Ordering::Relaxed);
-                        self.start
-                            .store(now.saturating_sub(into), Ordering::Relaxed);
-                        self.bump_generation();
-                        return;
                     }
                     let (a, b) = self.halves();
                     a.clear();
                     b.clear();
-                    self.left.store(false, Ordering::Relaxed);
-                    self.two_clocks.store(false, Ordering::Relaxed);
                     self.time.0.store(now, Ordering::Relaxed);
                     self.start.store(now, Ordering::Relaxed);
                     self.bump_generation();
@@ -841,10 +813,6 @@ impl AtomicWindow {
                         return; // the window's time moved: no run
                     }
                     self.stale_run.store(0, Ordering::Relaxed);
-                    self.left_time.store(time, Ordering::Relaxed);
-                    self.left_at.store(now, Ordering::Relaxed);
-                    self.left.store(true, Ordering::Relaxed);
-                    self.two_clocks.store(false, Ordering::Relaxed);
                     self.time.0.store(now, Ordering::Relaxed);
                     self.start.store(now, Ordering::Relaxed);
                     self.bump_generation();
@@ -870,8 +838,10 @@ impl AtomicWindow {
 
     /// A stale timestamp, two periods or more behind the window's time
     /// `time`: counted (a repeat of the last one once); whether the run
-    /// since `time` last moved reached `STALE_RUN`, so that the window's
-    /// time and period restart at `now`. The run is reset when they do.
+    /// since `time` last moved reached `STALE_RUN` timestamps over more
+    /// than `idle_after` (two periods) of its own clock, so that the
+    /// window's time and period restart at `now`. The run is reset when
+    /// they do.
     fn note_stale(&self, now: u64, time: u64, idle_after: u64) -> bool {
         if self.stale_of.swap(time, Ordering::Relaxed) != time {
             // The window's time moved since the last one: a new run.
@@ -888,29 +858,10 @@ impl AtomicWindow {
                 self.stale_since.store(now, Ordering::Relaxed);
             }
         }
-        // As in `LatencyWindow`: once two clocks were live, the window's
-        // own must also have been silent for two periods of the new one.
+        // As in `LatencyWindow`: the window's own clock silent for two
+        // periods of the new one.
         run >= LatencyWindow::<CubicMapping>::STALE_RUN
-            && (!self.two_clocks.load(Ordering::Relaxed)
-                || now.saturating_sub(self.stale_since.load(Ordering::Relaxed)) > idle_after)
-    }
-
-    /// Whether `now` is where the clock left at the last stale run would be
-    /// now, within two periods, two periods or less of the new clock after
-    /// leaving it (as `LatencyWindow`'s). Out of line: asked only of a
-    /// timestamp two periods ahead.
-    #[cold]
-    #[inline(never)]
-    fn is_left_clock<M: IndexMapping>(&self, p: &Params<M>, now: u64) -> bool {
-        if !self.left.load(Ordering::Relaxed) {
-            return false;
-        }
-        let time = self.time.0.load(Ordering::Relaxed);
-        let Some(since) = time.checked_sub(self.left_at.load(Ordering::Relaxed)) else {
-            return false;
-        };
-        let expected = self.left_time.load(Ordering::Relaxed).saturating_add(since);
-        since <= p.idle_after && now.abs_diff(expected) <= p.idle_after
+            && now.saturating_sub(self.stale_since.load(Ordering::Relaxed)) > idle_after
     }
 
     fn bump_generation(&self) {
@@ -993,7 +944,6 @@ impl AtomicWindow {
             return false;
         }
         now.saturating_sub(self.time.0.load(Ordering::Relaxed)) > p.idle_after
-            && !self.is_left_clock(p, now)
     }
 
     /// Rotations so far.
