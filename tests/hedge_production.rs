@@ -382,6 +382,55 @@ fn more_targets_than_slots_keep_hedging_on_per_target_budgets() {
     }
 }
 
+/// Four busy targets fill a 4-slot table and go quiet; a newcomer then
+/// takes one request in `every` among keys seen once. It gets a slot soon
+/// however rare it is (a target silent for a whole aging period yields to
+/// any key), and keeps it while it is asked for at least once in thirty.
+#[test]
+fn a_newcomer_among_one_off_keys_gets_a_slot_from_quiet_targets() {
+    for every in [10u64, 30, 33, 50, 100] {
+        let mut h: Hedger<u64, Budget, 4> =
+            Hedger::with_budget(HedgeConfig::DEFAULT, Budget::Unlimited).unwrap();
+        let mut t = SEC;
+        let request = |h: &mut Hedger<u64, Budget, 4>, key: u64, t: &mut u64| {
+            let mut r = h.start(key, *t, IDEMPOTENT);
+            h.on_commit(&mut r, Attempt::PRIMARY, *t + MS);
+            *t += MS;
+        };
+        for i in 0..800u64 {
+            request(&mut h, 1 + i % 4, &mut t);
+        }
+        let newcomer = 1_000;
+        let (mut first, mut held, mut asked) = (None, 0u64, 0u64);
+        for i in 0..30_000u64 {
+            let key = if i % every == 0 {
+                newcomer
+            } else {
+                1_000_000 + i
+            };
+            request(&mut h, key, &mut t);
+            if key == newcomer {
+                let has = h.window(&newcomer).is_some();
+                if has && first.is_none() {
+                    first = Some(i);
+                }
+                if first.is_some() {
+                    asked += 1;
+                    held += u64::from(has);
+                }
+            }
+        }
+        let first = first.unwrap_or(u64::MAX);
+        assert!(
+            first <= 2_000,
+            "1 in {every}: a slot after {first} requests"
+        );
+        if every <= 30 {
+            assert_eq!(held, asked, "1 in {every}: lost its slot");
+        }
+    }
+}
+
 #[test]
 fn a_hot_key_keeps_its_slot_among_cold_ones() {
     let mut h: Hedger<u32, Budget, 4> =

@@ -136,8 +136,9 @@
 //! seen once (a target with a thirtieth of the requests among a stream of
 //! one-off keys does), targets asked for equally often do not evict one
 //! another in turn (12 in turn over 3 slots: no eviction, where a recency
-//! rule evicts at every request), and a quiet target gives its slot to a
-//! busy newcomer within about `64 × T` such requests. Every sample is also
+//! rule evicts at every request), and a target asked for nothing over a
+//! whole `16 × T` such requests yields its slot to any target without one
+//! (a newcomer among one-off keys gets a slot however rare it is). Every sample is also
 //! recorded in one aggregate window (when `T > 1`), and a target whose own
 //! window is cold, or that has no slot, gets the aggregate's delay
 //! ([`DelaySource::Aggregate`]) rather than none; with budgets per target

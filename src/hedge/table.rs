@@ -15,6 +15,9 @@ pub(crate) struct Target<K, S: Store, B, M: IndexMapping> {
     /// A recent-use count: +1 a request (at most [`MAX_HITS`]), halved
     /// every `AGE_EVERY × T` evictions (see [`Table`]).
     hits: u8,
+    /// No request for a whole aging period (its count was 0 when counts
+    /// were last halved): any key without a slot may take it.
+    quiet: bool,
     /// The target's own budget, when budgets are per target.
     pub(crate) budget: Option<B>,
 }
@@ -26,6 +29,7 @@ impl<K, S: Store, B, M: IndexMapping> Target<K, S, B, M> {
             window,
             last_used: now,
             hits: 0,
+            quiet: false,
             budget,
         }
     }
@@ -33,6 +37,7 @@ impl<K, S: Store, B, M: IndexMapping> Target<K, S, B, M> {
     /// Notes a request at `now`.
     pub(crate) fn touch(&mut self, now: u64) {
         self.last_used = now;
+        self.quiet = false;
         if self.hits < MAX_HITS {
             self.hits = self.hits.saturating_add(1);
         }
@@ -61,23 +66,25 @@ struct Candidate<K> {
 /// Up to `T` targets, found by a linear scan (faster than hashing for the
 /// handful of hosts a client talks to). Each request adds one to its
 /// target's use count (up to 15); a key without a slot has a count too,
-/// while it is among the 32 remembered (evicted or refused lately, the
-/// oldest forgotten first). While the table has room a new key takes a
-/// slot. When it is full, a key without one takes the slot of the least
-/// used target (among equals, the first from a hand that moves past each
-/// victim) only once its own count, this request included, is at least
-/// two above that target's: a newcomer must have been asked for more than
-/// the target it replaces, by a margin, so that targets asked for equally
-/// often keep their slots rather than evict one another in turn (one more
-/// target than slots, in turn, evicted at every request under a recency
-/// rule). A key refused a slot is served without one (the hedger reads the
-/// aggregate window). An admitted key starts with its count less one: a
-/// target's first request adds nothing, so keys seen once never displace
-/// a target that was asked for, while a key that starts being busy gets a
-/// slot over an unused one at its second request. Every `16 × T` misses
-/// all counts, slots' and candidates', are halved, so a target that goes
-/// quiet gives its slot to a busy newcomer within about `64 × T` misses.
-/// No timestamp is involved, so no clock anomaly can pin an entry.
+/// while it is among the 32 remembered (evicted or refused lately; the
+/// least recently asked for is forgotten first). While the table has room
+/// a new key takes a slot. When it is full, a key without one takes the
+/// slot of the least used target (among equals, the first from a hand that
+/// moves past each victim) only once its own count, this request included,
+/// is at least two above that target's: a newcomer must have been asked
+/// for more than the target it replaces, by a margin, so that targets
+/// asked for equally often keep their slots rather than evict one another
+/// in turn (one more target than slots, in turn, evicted at every request
+/// under a recency rule). A key refused a slot is served without one (the
+/// hedger reads the aggregate window). An admitted key starts with its
+/// count less one: a target's first request adds nothing, so keys seen
+/// once never displace a target that was asked for, while a key that
+/// starts being busy gets a slot over an unused one at its second request.
+/// Every `16 × T` misses all counts, slots' and candidates', are halved;
+/// a target asked for nothing over a whole such period is *quiet* and
+/// yields its slot to any key without one, so targets that go quiet give
+/// their slots to newcomers however rare. No timestamp is involved, so no
+/// clock anomaly can pin an entry.
 #[derive(Clone, Debug)]
 pub(crate) struct Table<K, S: Store, B, M: IndexMapping, const T: usize> {
     targets: heapless::Vec<Target<K, S, B, M>, T>,
@@ -189,8 +196,12 @@ impl<K: PartialEq + Copy, S: Store, B, M: IndexMapping, const T: usize> Table<K,
             return self.targets.push(target).ok().map(|()| (len, false));
         }
         let victim = self.least_used(len)?;
-        let least = self.targets.get(victim).map_or(0, |t| t.hits);
-        if hits < least.saturating_add(2) {
+        let (least, quiet) = self
+            .targets
+            .get(victim)
+            .map_or((0, true), |t| (t.hits, t.quiet));
+        // A quiet target yields to any key; a busy one to a busier one.
+        if !quiet && hits < least.saturating_add(2) {
             return None;
         }
         self.forget(at);
@@ -207,13 +218,30 @@ impl<K: PartialEq + Copy, S: Store, B, M: IndexMapping, const T: usize> Table<K,
     }
 
     /// Counts a request for `key`, without a slot, among the candidates:
-    /// its count after it, and where it is.
+    /// its count after it, and where it is. A key asked for again becomes
+    /// the newest (the last to be forgotten), so a stream of keys seen
+    /// once does not wipe the count of one that keeps coming back.
     fn note(&mut self, key: K) -> (u8, usize) {
         if let Some(i) = self.candidates.iter().position(|c| c.key == key) {
-            if let Some(c) = self.candidates.get_mut(i) {
-                c.hits = c.hits.saturating_add(1).min(MAX_HITS);
-                return (c.hits, i);
+            let hits = self
+                .candidates
+                .get(i)
+                .map_or(1, |c| c.hits.saturating_add(1).min(MAX_HITS));
+            // The newest: the one before the next to be replaced, or the
+            // last pushed while the list is not full.
+            let len = self.candidates.len();
+            let newest = if len < CANDIDATES {
+                len.saturating_sub(1)
+            } else {
+                self.candidate_at
+                    .checked_sub(1)
+                    .unwrap_or(len.saturating_sub(1))
+            };
+            self.candidates.swap(i, newest);
+            if let Some(c) = self.candidates.get_mut(newest) {
+                c.hits = hits;
             }
+            return (hits, newest);
         }
         (1, self.remember(Candidate { key, hits: 1 }))
     }
@@ -267,6 +295,7 @@ impl<K: PartialEq + Copy, S: Store, B, M: IndexMapping, const T: usize> Table<K,
         if self.misses >= period {
             self.misses = 0;
             for t in &mut self.targets {
+                t.quiet = t.hits == 0;
                 t.hits /= 2;
             }
             for c in &mut self.candidates {
