@@ -734,6 +734,58 @@ async fn the_deadline_fires_while_a_hedge_waits_for_readiness() {
     assert_eq!(hedger.hedges_in_flight(u64::MAX / 2), 0);
 }
 
+/// A future that counts its polls and fails past `limit`: a busy loop
+/// (every poll waking the next) shows as thousands, where a waiting
+/// future is polled a handful of times.
+struct PollBudget<F> {
+    inner: Pin<Box<F>>,
+    polls: u32,
+    limit: u32,
+}
+
+impl<F: Future> Future for PollBudget<F> {
+    type Output = F::Output;
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        self.polls += 1;
+        assert!(
+            self.polls <= self.limit,
+            "polled {} times: a busy loop",
+            self.polls
+        );
+        self.inner.as_mut().poll(cx)
+    }
+}
+
+/// A due hedge waits for readiness (one permit, held by the primary for
+/// 30 ms) under a deadline, and something else wakes the task meanwhile
+/// (here a sleep joined with it): the wait stays a wait. (The timer was
+/// armed back at the passed hedge time on every poll, which fired at once
+/// and woke the task again: a busy loop, which under paused time never
+/// let the clock advance.)
+#[tokio::test(start_paused = true)]
+async fn a_hedge_waiting_for_readiness_under_a_deadline_does_not_spin() {
+    for deadline in [None, Some(1_000 * MS)] {
+        let backend = Backend::new(|_, _| Reply::After(ms(30)));
+        let limited = tower::limit::ConcurrencyLimit::new(backend.clone(), 1);
+        let mut config = HedgeConfig::DEFAULT.prior_delay_ns(2 * MS);
+        if let Some(d) = deadline {
+            config = config.deadline_ns(d);
+        }
+        let hedger = hedger(config);
+        let service = HedgeLayer::new(Arc::clone(&hedger), AllIdempotent).layer(limited);
+        let t0 = Instant::now();
+        let call = PollBudget {
+            inner: Box::pin(service.oneshot(0)),
+            polls: 0,
+            limit: 100,
+        };
+        let (answer, ()) = tokio::join!(call, sleep(ms(5)));
+        assert_eq!(answer.unwrap(), (0, 0), "deadline {deadline:?}");
+        assert_eq!(t0.elapsed(), ms(30));
+        assert_eq!(hedger.hedges_in_flight(u64::MAX / 2), 0);
+    }
+}
+
 /// A hedge waiting for readiness holds a place in the inner service's
 /// queue. When a failure releases an attempt at once, that attempt goes
 /// out on the waiting clone, so the permit the failure frees is not handed

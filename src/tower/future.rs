@@ -115,6 +115,9 @@ pin_project! {
         sleep: Option<Sleep>,
         // The clock reading `sleep` is armed at.
         armed: u64,
+        // The clock reading whose timer has fired: a hedge due then,
+        // waiting for readiness, polls only the deadline's.
+        fired: Option<u64>,
         extras: Vec<Extra<S, Req, F>>,
         // A clone of the service for the hedge that is due, being readied.
         ready: Option<S>,
@@ -130,6 +133,7 @@ impl<S: Service<Req>, Req, F> Race<S, Req, F> {
         Box::pin(Self {
             sleep: timer.map(|(deadline, _)| sleep_until(deadline)),
             armed: timer.map_or(0, |(_, at)| at),
+            fired: None,
             extras: Vec::new(),
             ready: None,
         })
@@ -162,10 +166,19 @@ impl<S: Service<Req>, Req, F> Race<S, Req, F> {
             None => race.sleep.set(Some(sleep_until(deadline))),
         }
         *race.armed = at;
-        match race.sleep.as_pin_mut() {
+        let polled = match race.sleep.as_pin_mut() {
             Some(sleep) => sleep.poll(cx),
             None => Poll::Pending, // just set: not reached
+        };
+        if polled.is_ready() {
+            *race.fired = Some(at);
         }
+        polled
+    }
+
+    /// Whether the timer at `at` has fired already.
+    fn has_fired(slot: &RaceSlot<S, Req, F>, at: u64) -> bool {
+        slot.as_ref().is_some_and(|race| race.fired == Some(at))
     }
 
     /// Lets the clone being readied go (and its place in the inner
@@ -325,7 +338,13 @@ where
                 return Poll::Pending;
             };
             let clock = *this.guard.clock();
-            if Race::poll_at(this.race, cx, &clock, at).is_pending() {
+            // Once `at` has fired (a hedge due, its clone waiting for
+            // readiness), the timer is armed at the deadline below and
+            // left there: armed back at `at`, past, it would fire at once
+            // and wake this task again, a busy loop.
+            if !Race::has_fired(this.race, at)
+                && Race::poll_at(this.race, cx, &clock, at).is_pending()
+            {
                 return Poll::Pending;
             }
             // A hedge is due (not the deadline): it goes out on a clone of
