@@ -442,8 +442,11 @@ impl<K: PartialEq + Copy, B: HedgeBudget, const T: usize, S: Store, M: IndexMapp
         };
         // The deposit: the shared budget, the target's own, or (no slot)
         // the one targets without a slot share.
-        let (BudgetScope::Shared(shared) | BudgetScope::PerTarget(shared)) = &self.budget;
-        budget.unwrap_or(shared).on_request(now);
+        match &self.budget {
+            BudgetScope::Shared(b) => b,
+            BudgetScope::PerTarget(prototype) => budget.unwrap_or(prototype),
+        }
+        .on_request(now);
         let delay = match own {
             Some(d) => Some((d, DelaySource::Target)),
             None => self.fallback_delay(now),
