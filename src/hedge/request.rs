@@ -140,8 +140,8 @@ pub enum NoHedge {
 pub enum DelaySource {
     /// The target's own latency window.
     Target,
-    /// The window shared by every target (the target's own is cold or was
-    /// evicted).
+    /// The window shared by every target (the target's own is cold, or it
+    /// has no slot in the table).
     Aggregate,
     /// The configured prior: no window is warm yet.
     Prior,

@@ -66,7 +66,9 @@ pub struct HedgeStats {
     /// ([`HedgeConfig::retry_throttle`](super::HedgeConfig::retry_throttle)):
     /// their requests gave up.
     pub retries_throttled: u64,
-    /// Targets evicted from the table to make room.
+    /// Targets evicted from the table to make room (a target without a
+    /// slot takes one only once asked for more than the least used; see
+    /// *Targets* in the module docs).
     pub evictions: u64,
     /// The delay given to the most recent request that hedges on a timer
     /// (ns); `None` before the first one.
