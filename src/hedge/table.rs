@@ -237,11 +237,19 @@ impl<K: PartialEq + Copy, S: Store, B, M: IndexMapping, const T: usize> Table<K,
                     .checked_sub(1)
                     .unwrap_or(len.saturating_sub(1))
             };
-            self.candidates.swap(i, newest);
-            if let Some(c) = self.candidates.get_mut(newest) {
-                c.hits = hits;
+            // A swap by hand: `slice::swap` would keep a panic path.
+            if let (Some(&found), Some(&last)) =
+                (self.candidates.get(i), self.candidates.get(newest))
+            {
+                if let Some(slot) = self.candidates.get_mut(i) {
+                    *slot = last;
+                }
+                if let Some(slot) = self.candidates.get_mut(newest) {
+                    *slot = Candidate { hits, ..found };
+                }
+                return (hits, newest);
             }
-            return (hits, newest);
+            return (hits, i);
         }
         (1, self.remember(Candidate { key, hits: 1 }))
     }
