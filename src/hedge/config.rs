@@ -41,7 +41,8 @@ pub struct HedgeConfig {
     /// then to the prior, then to cold start. Default 20.
     pub min_samples: u64,
     /// Rotation period of the latency windows: a window rotates once this
-    /// has passed and its current half holds `min_samples`, and forgets
+    /// has passed and its current half holds enough answers to estimate
+    /// the quantile (see [`rotation`](Self::rotation)), and forgets
     /// everything after two periods without a sample. Default 30 s.
     pub rotation_period_ns: u64,
     /// A window also rotates as soon as its current half holds this many
@@ -49,7 +50,11 @@ pub struct HedgeConfig {
     /// seconds. Default `None`: [`Rotation::samples_for_quantile`] of
     /// `quantile` (1 000 at p90, 10 000 at p99). Never fewer than
     /// `min_samples` (a smaller count rotates at `min_samples`): a window
-    /// rotating sooner could never hold enough answers to be trusted.
+    /// rotating sooner could never hold enough answers to be trusted. A
+    /// count below [`Rotation::answers_to_estimate`] of the quantile also
+    /// lowers what a half must hold to rotate on time (see
+    /// [`rotation`](Self::rotation)): faster at low rates, with the bias
+    /// that comes with fewer answers.
     pub rotation_samples: Option<u64>,
     /// The longest latency that can be real: an elapsed time above it (a
     /// timestamp from another clock, a jump of the clock) is refused and
@@ -299,16 +304,27 @@ impl HedgeConfig {
 
 impl HedgeConfig {
     /// How windows rotate under this configuration.
+    ///
+    /// A half rotates on time only once it holds
+    /// [`Rotation::answers_to_estimate`] answers of the quantile (and at
+    /// least `min_samples`): with fewer, the quantile is an order statistic
+    /// of a few dozen answers, which a new attempt exceeds several times
+    /// more often than `1 − q` (at p90 with 20 answers, one in seven). At
+    /// low rates a half so spans more than a period: at half a request a
+    /// second, 200 s at p90, 2 000 s at p99.
     pub fn rotation(&self) -> Rotation {
+        // Never below `min_samples`: a half rotated out full holds
+        // enough answers to warm the window (when few were censored).
+        let max_samples = self
+            .rotation_samples
+            .unwrap_or_else(|| Rotation::samples_for_quantile(self.quantile))
+            .max(self.min_samples);
         Rotation {
             period_ns: self.rotation_period_ns,
-            min_samples: self.min_samples,
-            // Never below `min_samples`: a half rotated out full holds
-            // enough answers to warm the window (when few were censored).
-            max_samples: self
-                .rotation_samples
-                .unwrap_or_else(|| Rotation::samples_for_quantile(self.quantile))
-                .max(self.min_samples),
+            min_samples: Rotation::answers_to_estimate(self.quantile)
+                .max(self.min_samples)
+                .min(max_samples),
+            max_samples,
         }
     }
 

@@ -16,12 +16,20 @@
 //!   with fewer answers than the `min_samples` below it is raised to; or
 //! * [`Rotation::period_ns`] has passed since the last rotation *and* it
 //!   holds at least [`Rotation::min_samples`]: at low rates neither half is
-//!   ever left nearly empty, so a client that sends at least one request a
-//!   period stays warm.
+//!   ever left nearly empty. A hedger asks for enough answers to estimate
+//!   its quantile ([`Rotation::answers_to_estimate`]: 100 at p90, 1 000 at
+//!   p99), so at low rates a half spans more than a period and a change
+//!   takes up to two such halves to follow.
 //!
 //! A timestamp two periods or more after the window's time (see *Time*)
 //! empties both halves: after an idle gap the caller is back in cold start
-//! and gets `None`, never a made-up number.
+//! and gets `None`, never a made-up number. So a client stays warm only if
+//! no two of its requests are two periods apart: with requests evenly
+//! spaced, one a period is enough; with random (Poisson) arrivals at `n`
+//! requests a period on average, a gap that long comes once in `e^{2n}`
+//! requests (one in 400 at 3 a period, one in 7 at 1), and each costs
+//! `min_samples` answers of cold start. Below a few requests a period,
+//! lengthen the period.
 //!
 //! # Time
 //! Timestamps are the caller's monotonic nanoseconds, possibly from threads
@@ -172,14 +180,35 @@ impl Rotation {
     /// `min_samples` if that is more: see
     /// [`HedgeConfig::rotation_samples`](crate::hedge::HedgeConfig::rotation_samples)).
     pub fn samples_for_quantile(q: f64) -> u64 {
+        Self::above_quantile(q, 100).max(1_000)
+    }
+
+    /// Answers a half must hold before it rotates on time, to estimate
+    /// quantile `q` without a bias a hedger would feel: about ten above the
+    /// quantile, `⌈10 / (1 − q)⌉` (20 at p50, 100 at p90, 1 000 at p99).
+    /// Used as [`min_samples`](Self::min_samples) by the hedger (raised to
+    /// its own `min_samples` if that is more, lowered to `max_samples` if
+    /// that is less).
+    ///
+    /// Why: the lower quantile of `m` answers is the `r`-th smallest
+    /// (from 0), `r = ⌊q(m − 1)⌋`, and a new draw exceeds it with
+    /// probability `(m − r)/(m + 1)`, at most `(1 − q) + 2q/(m + 1)`:
+    /// within a fifth of `1 − q` from `m = 10 / (1 − q)` on, but 1.43
+    /// times `1 − q` at p90 with 20 answers (3 in 21).
+    pub fn answers_to_estimate(q: f64) -> u64 {
+        Self::above_quantile(q, 10)
+    }
+
+    /// `⌈above / (1 − q)⌉`: answers that hold about `above` beyond the
+    /// quantile (`u64::MAX` for `q` of 1 or more, or NaN).
+    fn above_quantile(q: f64, above: u32) -> u64 {
         let tail = 1.0 - q;
         if tail.is_nan() || tail <= 0.0 {
             return u64::MAX;
         }
-        // `as` saturates; 100 / tail ≥ 100 for tail ≤ 1. The nudge keeps
-        // 1 − 0.9 = 0.09999999999999998 from asking for 1 001.
-        let n = libm::ceil(100.0 / tail * (1.0 - 1e-12)) as u64;
-        n.max(1_000)
+        // `as` saturates. The nudge keeps 1 − 0.9 = 0.09999999999999998
+        // from asking for 1 001.
+        libm::ceil(f64::from(above) / tail * (1.0 - 1e-12)) as u64
     }
 }
 
