@@ -30,12 +30,18 @@ use crate::mapping::{
 /// [`CubicMapping`](crate::mapping::CubicMapping) and
 /// [`LinearMapping`](crate::mapping::LinearMapping), Python bytes carry the
 /// textbook `(1+α)/(1−α)`, a hair wider than the mapping's own γ (which
-/// is narrower by a rounding margin, see [`crate::mapping`]). Decoded, the
+/// is narrower by a rounding margin, see [`crate::mapping`]), so that
+/// sketches-py merges them with its own. Decoded, the
 /// bucket keys and counts are unchanged, but the mapping is the one of the
 /// wider γ: not equal to the original (α = 0.01 reads back as
 /// 0.010000000017683, and each further round trip widens it again), and
 /// its bounds drift from the original's by that margin per key away from
-/// key 0 (a relative 2·10⁻⁷ at key 5 750 for α = 1 %). So the decoded
+/// key 0 (a relative 2·10⁻⁷ at key 5 750 for α = 1 %). The margin is of
+/// fixed size, so the drift grows as α shrinks: where it would pass
+/// [`MAX_PYTHON_DRIFT`](super::MAX_PYTHON_DRIFT) of a bucket anywhere in
+/// the range (α below about 5·10⁻⁴), the bytes carry the mapping's own γ
+/// instead (see [`WireMapping::wire_gamma`]) and every quantile read back,
+/// by this crate or by sketches-py, stays within α. So the decoded
 /// sketch does not [`merge`](crate::DDSketch::merge) with sketches of the
 /// original configuration, and
 /// [`decode_ddsketch_into`](super::decode_ddsketch_into) into one returns
@@ -147,16 +153,47 @@ impl<L: LogApproximation> WireMapping for LogLikeMapping<L> {
         Self::with_gamma(own, index_offset)
     }
 
+    /// For [`Convention::Python`]: the textbook `(1+α)/(1−α)` (what
+    /// sketches-py and sketches-js write for their own sketches of that α,
+    /// so that they merge ours) while the keys a reader of it finds are the
+    /// buckets they name here, to within [`MAX_PYTHON_DRIFT`] of a bucket
+    /// at either end of the indexable range; otherwise (α below about
+    /// 5·10⁻⁴) the mapping's own γ raised to the correcting factor, which
+    /// names every bucket exactly (Python then refuses to merge it with
+    /// its own sketches: their buckets are not the same).
     fn wire_gamma(&self, convention: Convention) -> f64 {
         match convention {
             Convention::GoJava => self.gamma(),
             Convention::Python => {
                 let a = self.relative_accuracy();
-                (1.0 + a) / (1.0 - a)
+                let textbook = (1.0 + a) / (1.0 - a);
+                let ln_own = libm::log(self.gamma());
+                // The own γ a reader rebuilds from the textbook one.
+                let ln_read = libm::log(textbook) / L::CORRECTING_FACTOR;
+                let offset = self.index_offset();
+                // Keys from the offset, where a misread γ misplaces most.
+                let reach = [self.min_indexable_value(), self.max_indexable_value()]
+                    .map(|v| (f64::from(self.index(v)) - offset).abs());
+                let drift = reach[0].max(reach[1]) * (ln_read - ln_own).abs() / ln_own;
+                if drift <= MAX_PYTHON_DRIFT {
+                    textbook
+                } else if L::CORRECTING_FACTOR == 1.0 {
+                    self.gamma()
+                } else {
+                    libm::exp(ln_own * L::CORRECTING_FACTOR)
+                }
             }
         }
     }
 }
+
+/// How far, in buckets, Python bytes of a log-like mapping may misplace a
+/// key by carrying the textbook γ (see [`WireMapping::wire_gamma`]): a
+/// hundredth of a bucket moves a quantile by at most a fiftieth of α, so a
+/// sketch decoded from them answers within `1.02 α`. The textbook γ drifts
+/// by 6·10⁻⁵ of a bucket over the whole range at α = 1 %, 0.006 at 10⁻³
+/// (both written), 0.07 at 3·10⁻⁴ and 62 at 10⁻⁵ (the own γ written).
+pub const MAX_PYTHON_DRIFT: f64 = 1e-2;
 
 impl WireMapping for ExponentialMapping {
     /// Accepts the γ of a scale in

@@ -852,10 +852,10 @@ fn apply<M: IndexMapping, P: Store, N: Store>(
 ///   one holding the ends of the range, whose representatives
 ///   ([`value`](IndexMapping::value)) may lie just outside it. Python
 ///   bytes of this crate name a mapping a hair wider than the sketch's
-///   (see [`Convention`]), whose buckets drift from the sketch's: for the
-///   log-like mappings at small α (about 7·10⁻⁹/α of a bucket at the top
-///   of the range), a key at an end may fall past the decoded mapping's
-///   range and be refused.
+///   (see [`Convention`]), whose buckets drift from the sketch's by at
+///   most [`MAX_PYTHON_DRIFT`](super::MAX_PYTHON_DRIFT) of a bucket (at
+///   smaller α they carry the mapping's own γ): a key at an end of the
+///   range may then fall past the decoded mapping's range and be refused.
 /// * **Capacity**: every bucket is added to the sketch with its weight, at
 ///   its representative value (clamped into the indexable range, where
 ///   a bucket at either end straddles its limit), so a sketch too small

@@ -28,7 +28,7 @@ mod otel;
 mod otlp;
 mod protobuf;
 
-pub use convention::{Convention, WireMapping};
+pub use convention::{Convention, WireMapping, MAX_PYTHON_DRIFT};
 pub use ddsketch::{
     ddsketch_encoded_len, ddsketch_max_encoded_len, decode_ddsketch, decode_ddsketch_into,
     encode_ddsketch, DecodeReport,
