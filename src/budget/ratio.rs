@@ -191,7 +191,11 @@ impl RatioBudget {
     /// 19 ms with this one).
     /// A longer window ([`with_bank_window`](Self::with_bank_window)) buys
     /// more hedges in a pause that stalls a replica, for backends whose
-    /// latency does not follow load.
+    /// latency does not follow load; at latencies of seconds, make it about
+    /// the hedge delay: there a drop of the delay makes the timers of
+    /// requests started before and after it fire together, for as long as
+    /// the drop (a second or more), and 100 ms of earnings cannot pay for
+    /// that.
     pub const DEFAULT_BANK_WINDOW_NS: u64 = 100_000_000;
 
     /// A budget of `share_bps` basis points of traffic (15 % = `1_500`)
