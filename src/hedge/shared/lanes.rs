@@ -18,7 +18,10 @@
 //! stack at megabyte granularity, stable within a thread and different for
 //! threads whose stacks are a megabyte or more apart, as those of OS
 //! threads are (tasks of an RTOS with small stacks may share a marker, and
-//! so a lane: exact, only slower). A thread takes the first lane,
+//! so a lane: exact, only slower; a thread whose calls straddle a megabyte
+//! boundary has two markers, and so two lanes, whose batches publish its
+//! samples in another order than they came: exact counts, and windows
+//! that may refresh over another prefix of them). A thread takes the first lane,
 //! from one its marker hashes to, that is its own or free, and keeps it;
 //! with every lane taken, it takes over the one claimed longest ago, so
 //! that threads that ended (a pool that replaces its threads) leave their
