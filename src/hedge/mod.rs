@@ -92,6 +92,27 @@
 //! tail's p99.9/p99) reads 1.03× the true p99.9 at the asked hedge rate
 //! (`tests/audit_client_hedger.rs`).
 //!
+//! Failures and endings bend the estimate where they depend on latency:
+//! * **Failures that come late.** A failure records nothing, but an
+//!   attempt that would have failed and is cancelled first (another
+//!   answered) is recorded censored, as still able to answer: where a
+//!   sizeable share of attempts fail slowly (a tenth, failing after many
+//!   times the quantile), the delay leans high, fewer stragglers are
+//!   hedged, and the budget is spent on fewer of them.
+//! * **Failures because of slowness** (a proxy's 504, a server's deadline
+//!   reported as [`Failure::Retryable`]) remove slow attempts from the
+//!   sample and pull the delay low: such a failure is the attempt's
+//!   slowness, not an error.
+//! * **Requests dropped without [`Hedger::abandon`]** (a caller's own
+//!   timeout) record nothing of their slow attempts: the delay leans low,
+//!   the more the earlier the timeout. Give them up with `abandon`, or let
+//!   the hedger do it ([`HedgeConfig::deadline_ns`]): their attempts are
+//!   then recorded censored, and the estimate stays unbiased.
+//! * **A quantile beyond the deadline** is never answered: the delay then
+//!   settles just under the deadline, and hedges go out just before their
+//!   requests are given up. Hedge at a quantile the deadline leaves room
+//!   for, or bound the delay ([`HedgeConfig::max_delay_ns`]).
+//!
 //! The caller chooses the commit signal and must use the same one to race
 //! and to record: response headers for plain RPC, first body byte or first
 //! token for streaming (LLM time to first token).
