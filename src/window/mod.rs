@@ -179,6 +179,7 @@ impl Rotation {
     /// as [`max_samples`](Self::max_samples) by the hedger (raised to its
     /// `min_samples` if that is more: see
     /// [`HedgeConfig::rotation_samples`](crate::hedge::HedgeConfig::rotation_samples)).
+    #[inline]
     pub fn samples_for_quantile(q: f64) -> u64 {
         Self::above_quantile(q, 100).max(1_000)
     }
@@ -195,20 +196,31 @@ impl Rotation {
     /// probability `(m − r)/(m + 1)`, at most `(1 − q) + 2q/(m + 1)`:
     /// within a fifth of `1 − q` from `m = 10 / (1 − q)` on, but 1.43
     /// times `1 − q` at p90 with 20 answers (3 in 21).
+    #[inline]
     pub fn answers_to_estimate(q: f64) -> u64 {
         Self::above_quantile(q, 10)
     }
 
     /// `⌈above / (1 − q)⌉`: answers that hold about `above` beyond the
-    /// quantile (`u64::MAX` for `q` of 1 or more, or NaN).
+    /// quantile (`u64::MAX` for `q` of 1 or more, or NaN). Inlined, so that
+    /// a constant configuration folds it (no soft-float code on targets
+    /// without double precision).
+    #[inline(always)]
     fn above_quantile(q: f64, above: u32) -> u64 {
         let tail = 1.0 - q;
         if tail.is_nan() || tail <= 0.0 {
             return u64::MAX;
         }
-        // `as` saturates. The nudge keeps 1 − 0.9 = 0.09999999999999998
-        // from asking for 1 001.
-        libm::ceil(f64::from(above) / tail * (1.0 - 1e-12)) as u64
+        // The nudge keeps 1 − 0.9 = 0.09999999999999998 from asking for
+        // 1 001. Rounded up by hand, not `libm::ceil`: plain float
+        // operations fold for a constant `q`. `as` saturates.
+        let x = f64::from(above) / tail * (1.0 - 1e-12);
+        let n = x as u64;
+        if (n as f64) < x {
+            n.saturating_add(1)
+        } else {
+            n
+        }
     }
 }
 
@@ -690,6 +702,31 @@ impl<M: IndexMapping, S: Store> LatencyWindow<M, S> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The documented counts, exactly (the rounding up by hand, and the
+    /// nudge that keeps `1 − 0.9` from asking for one more), and the ends.
+    #[test]
+    fn rotation_counts_for_a_quantile() {
+        let cases = [
+            (0.0, 10, 1_000),
+            (0.5, 20, 1_000),
+            (0.9, 100, 1_000),
+            (0.95, 200, 2_000),
+            (0.99, 1_000, 10_000),
+            (0.999, 10_000, 100_000),
+            (0.93, 143, 1_429),
+        ];
+        for (q, answers, samples) in cases {
+            assert_eq!(Rotation::answers_to_estimate(q), answers, "p{q}");
+            assert_eq!(Rotation::samples_for_quantile(q), samples, "p{q}");
+        }
+        for q in [1.0, 1.5, f64::NAN] {
+            assert_eq!(Rotation::answers_to_estimate(q), u64::MAX);
+            assert_eq!(Rotation::samples_for_quantile(q), u64::MAX);
+        }
+        // Below 0 the tail exceeds 1: fewer than `above`, never 0.
+        assert_eq!(Rotation::answers_to_estimate(-1.0), 5);
+    }
 
     const SEC: u64 = NANOS_PER_SEC;
 
