@@ -1469,4 +1469,16 @@ fn python_bytes_keep_the_guarantee_at_every_accuracy() {
             assert!(err <= bound, "{name} at α = {alpha}: {err} α off");
         }
     }
+    // Where the bytes carry the own γ, the logarithmic mapping comes back
+    // equal (and merges); where the textbook one, it does not.
+    for (alpha, equal) in [(1e-5, true), (1e-2, false)] {
+        let m = LogarithmicMapping::new(alpha).unwrap();
+        let back = LogarithmicMapping::from_wire(
+            m.wire_gamma(Convention::Python),
+            0.0,
+            Convention::Python,
+        )
+        .unwrap();
+        assert_eq!(back == m, equal, "α = {alpha}");
+    }
 }

@@ -36,12 +36,7 @@ use crate::mapping::{
 /// wider γ: not equal to the original (α = 0.01 reads back as
 /// 0.010000000017683, and each further round trip widens it again), and
 /// its bounds drift from the original's by that margin per key away from
-/// key 0 (a relative 2·10⁻⁷ at key 5 750 for α = 1 %). The margin is of
-/// fixed size, so the drift grows as α shrinks: where it would pass
-/// [`MAX_PYTHON_DRIFT`](super::MAX_PYTHON_DRIFT) of a bucket anywhere in
-/// the range (α below about 5·10⁻⁴), the bytes carry the mapping's own γ
-/// instead (see [`WireMapping::wire_gamma`]) and every quantile read back,
-/// by this crate or by sketches-py, stays within α. So the decoded
+/// key 0 (a relative 2·10⁻⁷ at key 5 750 for α = 1 %). So the decoded
 /// sketch does not [`merge`](crate::DDSketch::merge) with sketches of the
 /// original configuration, and
 /// [`decode_ddsketch_into`](super::decode_ddsketch_into) into one returns
@@ -53,6 +48,16 @@ use crate::mapping::{
 /// bytes carry the mapping's own γ and decode to an equal mapping.
 /// [`LogLinearMapping`] and [`ExponentialMapping`] come back equal in
 /// either convention.
+///
+/// The margin is of fixed size, so the drift grows as α shrinks: where it
+/// would pass [`MAX_PYTHON_DRIFT`](super::MAX_PYTHON_DRIFT) of a bucket
+/// anywhere in the range (α below about 10⁻³; 8·10⁻⁴ is the first the
+/// linear mapping switches at, 6·10⁻⁴ the others), the bytes carry the
+/// mapping's own γ instead (see [`WireMapping::wire_gamma`]): every
+/// quantile read back, by this crate or by sketches-py, stays within α,
+/// a [`LogarithmicMapping`](crate::mapping::LogarithmicMapping) comes back
+/// equal, and sketches-py refuses to merge them with its own sketches of
+/// that α (their buckets differ).
 ///
 /// ```
 /// use tailguard::wire::{decode_ddsketch, decode_ddsketch_into, encode_ddsketch, Convention, DecodeError};
@@ -158,7 +163,7 @@ impl<L: LogApproximation> WireMapping for LogLikeMapping<L> {
     /// so that they merge ours) while the keys a reader of it finds are the
     /// buckets they name here, to within [`MAX_PYTHON_DRIFT`] of a bucket
     /// at either end of the indexable range; otherwise (α below about
-    /// 5·10⁻⁴) the mapping's own γ raised to the correcting factor, which
+    /// 10⁻³) the mapping's own γ raised to the correcting factor, which
     /// names every bucket exactly (Python then refuses to merge it with
     /// its own sketches: their buckets are not the same).
     fn wire_gamma(&self, convention: Convention) -> f64 {
@@ -190,9 +195,10 @@ impl<L: LogApproximation> WireMapping for LogLikeMapping<L> {
 /// How far, in buckets, Python bytes of a log-like mapping may misplace a
 /// key by carrying the textbook γ (see [`WireMapping::wire_gamma`]): a
 /// hundredth of a bucket moves a quantile by at most a fiftieth of α, so a
-/// sketch decoded from them answers within `1.02 α`. The textbook γ drifts
-/// by 6·10⁻⁵ of a bucket over the whole range at α = 1 %, 0.006 at 10⁻³
-/// (both written), 0.07 at 3·10⁻⁴ and 62 at 10⁻⁵ (the own γ written).
+/// sketch decoded from them answers within `1.02 α`. The logarithmic
+/// mapping's textbook γ drifts by 6·10⁻⁵ of a bucket over the whole range
+/// at α = 1 %, 0.006 at 10⁻³ (both written), 0.07 at 3·10⁻⁴ and 62 at
+/// 10⁻⁵ (the own γ written).
 pub const MAX_PYTHON_DRIFT: f64 = 1e-2;
 
 impl WireMapping for ExponentialMapping {
