@@ -523,3 +523,72 @@ async fn an_uncopyable_retry_fails_the_request_once() {
         "{stats:?}"
     );
 }
+
+/// A policy for a service whose error is tower's `BoxError` (a buffered or
+/// timed-out one): per-attempt timeouts are worth another attempt.
+#[derive(Clone, Copy)]
+struct Boxed;
+
+impl Policy<u64, tower::BoxError> for Boxed {
+    fn idempotency(&self, _: &u64) -> Idempotency {
+        Idempotency::Idempotent
+    }
+
+    fn clone_request(&self, id: &u64) -> Option<u64> {
+        Some(*id)
+    }
+
+    fn failure(&self, error: &tower::BoxError) -> Failure {
+        if error.is::<tower::timeout::error::Elapsed>() {
+            Failure::Retryable
+        } else {
+            Failure::Fatal
+        }
+    }
+}
+
+/// A typical client stack: the hedged service is a buffered, per-attempt
+/// timed-out one (its error a `BoxError`), and an outer timeout wraps the
+/// layer, which asks the layer's error to turn into a `BoxError` too (and
+/// `?` into one compiles).
+#[tokio::test(start_paused = true)]
+async fn a_buffered_timed_out_stack_hedges_inside_an_outer_timeout() -> Result<(), tower::BoxError>
+{
+    let latency_ms = Arc::new(AtomicU64::new(5));
+    let backend = {
+        let latency_ms = Arc::clone(&latency_ms);
+        service_fn(move |id: u64| {
+            let d = latency_ms.load(Relaxed);
+            async move {
+                sleep(ms(d)).await;
+                Ok::<_, tower::BoxError>(id)
+            }
+        })
+    };
+    let inner = tower::ServiceBuilder::new()
+        .buffer(64)
+        .timeout(ms(50))
+        .service(backend);
+    let h = hedger(HedgeConfig::DEFAULT.prior_delay_ns(10 * MS));
+    let svc = tower::ServiceBuilder::new()
+        .timeout(ms(500))
+        .layer(HedgeLayer::new(Arc::clone(&h), Boxed))
+        .service(inner);
+    let answer = svc.clone().oneshot(7).await?;
+    assert_eq!(answer, 7);
+    // A backend slower than the per-attempt timeout: every attempt times
+    // out, and the layer's error comes out of the outer stack as a
+    // `BoxError` whose message names the inner timeout.
+    latency_ms.store(100, Relaxed);
+    let error = svc.oneshot(8).await.expect_err("every attempt timed out");
+    let shown = error.to_string();
+    assert!(shown.contains("hedged request failed"), "{shown}");
+    let hedge_error = error
+        .downcast_ref::<HedgeError<tower::BoxError>>()
+        .expect("the layer's error, boxed");
+    assert!(
+        matches!(hedge_error, HedgeError::Service(e) if e.is::<tower::timeout::error::Elapsed>()),
+        "{hedge_error:?}"
+    );
+    Ok(())
+}

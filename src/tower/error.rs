@@ -4,6 +4,7 @@ use core::fmt;
 
 /// Why a hedged request failed.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum HedgeError<E> {
     /// An attempt failed (a fatal failure, or the last attempt standing
     /// failed with nothing left to send), with the inner service's error.
@@ -42,11 +43,10 @@ impl<E: fmt::Display> fmt::Display for HedgeError<E> {
     }
 }
 
-impl<E: core::error::Error + 'static> core::error::Error for HedgeError<E> {
-    fn source(&self) -> Option<&(dyn core::error::Error + 'static)> {
-        match self {
-            Self::Service(e) => Some(e),
-            _ => None,
-        }
-    }
-}
+// An error whatever the inner error is, `BoxError` (`Box<dyn Error + Send
+// + Sync>`, not an `Error` itself) included: a hedged buffered, timed-out or
+// boxed service then still turns into a `BoxError` for the layers around
+// it. Without `source`: `Display` already says the inner error (a reporter
+// would print it twice), and `HedgeError::Service` or `into_service` hands
+// it over whole.
+impl<E: fmt::Debug + fmt::Display> std::error::Error for HedgeError<E> {}

@@ -64,11 +64,30 @@
 //! the clock twice (start, commit), builds no timer and allocates nothing;
 //! one still pending at its first poll with a hedge ahead arms a tokio
 //! timer for it, boxed with the state of its race (one allocation, which a
-//! failure's retry makes too, without a timer: no time driver is needed
-//! where nothing hedges). A duplicable request keeps one copy of the
-//! request and one clone of the inner service to make extra attempts from.
-//! Extra attempts are boxed. See `benches/tower.rs` and the
-//! README for measurements.
+//! failure's retry makes too, without a timer). A duplicable request keeps
+//! one copy of the request and one clone of the inner service to make
+//! extra attempts from. Extra attempts are boxed. Every call clones the
+//! policy and the commit signal into its future: keep them `Copy`, or put
+//! what they own (a `String`, a table) behind an `Arc`, or each call
+//! allocates for them. See `benches/tower.rs` and the README for
+//! measurements.
+//!
+//! # Runtime
+//! The layer runs on tokio and needs its **time driver** (`enable_time`,
+//! or `enable_all`) whenever the hedger may hedge or has a deadline. A
+//! runtime without one works until the first request that needs a timer,
+//! and that one panics (tokio's "timers are disabled"): with the default
+//! configuration, not at the first request but once the hedger is warm
+//! (20 answers), so a smoke test does not show it. Only a hedger that
+//! never hedges and has no deadline (retries only) runs without timers.
+//!
+//! # Errors
+//! [`HedgeError<E>`] is an error for every inner error `E` that is
+//! `Debug + Display`, tower's `BoxError` included, so it turns into a
+//! `BoxError` (`?`, `Into`) for the layers around it (`Timeout`,
+//! `Buffer`, load shedding). Its message includes the inner error's, and
+//! it has no `source` (a reporter would print the inner message twice):
+//! match [`HedgeError::Service`] to get the inner error back.
 //!
 //! # Readiness
 //! See [`HedgeService`]: the primary uses the service readied by
