@@ -2,8 +2,9 @@
 //! a hedger accepts must work as documented, and one that cannot gets a
 //! typed error instead of a quietly wrong delay.
 //!
-//! * `SharedHedger`'s fixed key range (1 024 buckets a side, ending at
-//!   `max_sample_ns`) must reach down to the delays it can give;
+//! * a window's buckets (`SharedHedger`'s 1 024 a side, a `Hedger`'s
+//!   store), counted down from `max_sample_ns`, must reach down to the
+//!   delays it can give: else one long answer folds the rest together;
 //! * a window must be able to warm whatever `rotation_samples` and
 //!   `min_samples` say;
 //! * the in-flight cap holds at the last nanosecond of time, whatever the
@@ -16,6 +17,7 @@ use tailguard::budget::Budget;
 use tailguard::hedge::{
     Attempt, ConfigError, HedgeConfig, Hedger, Idempotency, SharedHedger, TimerAction,
 };
+use tailguard::LogLinearMapping;
 
 const IDEMPOTENT: Idempotency = Idempotency::Idempotent;
 
@@ -47,7 +49,7 @@ fn delays_after(config: HedgeConfig, n: u64) -> (Option<u64>, Option<u64>) {
 }
 
 #[test]
-fn a_shared_key_range_that_misses_the_delays_is_refused() {
+fn a_key_range_that_misses_the_delays_is_refused() {
     // The defaults' range: 10 min down to 947 ns (as documented).
     let default = SharedHedger::new(HedgeConfig::DEFAULT).unwrap();
     assert_eq!(default.key_floor_ns(), 947);
@@ -58,15 +60,68 @@ fn a_shared_key_range_that_misses_the_delays_is_refused() {
         HedgeConfig::DEFAULT.max_sample_ns(365 * 24 * 3_600 * SEC),
     ] {
         match SharedHedger::new(config) {
-            Err(ConfigError::SharedKeyRange { floor_ns }) => {
+            Err(ConfigError::KeyRange { floor_ns }) => {
                 assert!(floor_ns > config.min_delay_ns, "{config:?}: {floor_ns}");
             }
             other => panic!("{config:?}: {:?}", other.map(|h| h.delay_ns(0, 0))),
         }
-        // The same configuration is fine for `Hedger`, whose sketch
-        // follows its samples.
-        assert!(Hedger::new(config).is_ok());
+        // And by `Hedger`, whose 1 024 buckets a window reach no further
+        // once a long answer is in: it would fold the short ones into its
+        // lowest bucket.
+        match Hedger::new(config) {
+            Err(ConfigError::KeyRange { floor_ns }) => {
+                assert!(floor_ns > config.min_delay_ns, "{config:?}: {floor_ns}");
+            }
+            other => panic!("{config:?}: {:?}", other.map(|h| h.stats())),
+        }
     }
+}
+
+/// A firmware hedger with a small store: 128 log-linear buckets (32 a
+/// power of two) span 16×, not the default 10 min down to 1 ms. Such a
+/// `Hedger` once took any configuration, and one 2 s answer among 30–46 ms
+/// ones folded them into its lowest bucket: a delay of 3.4 times the p90.
+/// Now the default configuration is refused, and one whose samples fit
+/// (at most 100 ms, delays of 10 ms or more) keeps the delay at the p90
+/// however many answers come beyond it.
+#[test]
+fn a_small_store_refuses_what_it_cannot_span_and_keeps_what_it_can() {
+    type Small = Hedger<(), Budget, 1, tailguard::CollapsingLowestStore<128>, LogLinearMapping>;
+    let mapping = || LogLinearMapping::with_bits(5, 0).unwrap();
+    let refused = Small::with_mapping(HedgeConfig::DEFAULT, Budget::Unlimited, mapping());
+    assert!(
+        matches!(refused, Err(ConfigError::KeyRange { .. })),
+        "{:?}",
+        refused.map(|h| h.stats())
+    );
+    let fits = HedgeConfig::DEFAULT
+        .max_sample_ns(100 * MS)
+        .min_delay_ns(10 * MS);
+    let mut h = Small::with_mapping(fits, Budget::Unlimited, mapping()).unwrap();
+    assert!(h.key_floor_ns() <= 10 * MS, "{}", h.key_floor_ns());
+    let mut kept = Vec::new();
+    let mut t = 0;
+    for i in 0..5_000u64 {
+        let latency = if i % 50 == 49 {
+            2 * SEC
+        } else {
+            30 * MS + (i * 7 % 17) * MS
+        };
+        let mut r = h.start((), t, IDEMPOTENT);
+        h.on_commit(&mut r, Attempt::PRIMARY, t + latency);
+        if latency <= 100 * MS {
+            kept.push(latency);
+        }
+        t += 20 * MS;
+    }
+    kept.sort_unstable();
+    let p90 = kept[(kept.len() - 1) * 9 / 10] as f64;
+    let delay = h.delay_ns(&(), t).expect("warm") as f64;
+    // Within the mapping's 2 % (and the rounding down to whole ns).
+    assert!(
+        (delay / p90 - 1.0).abs() <= 0.021,
+        "delay {delay} against p90 {p90}"
+    );
 }
 
 /// The class: every configuration `SharedHedger` accepts gives `Hedger`'s
@@ -165,7 +220,6 @@ fn a_lease_of_a_few_nanoseconds_caps_hedges_at_the_end_of_time() {
 #[test]
 fn validate_and_construction_agree_on_the_accuracy() {
     use tailguard::mapping::MIN_RELATIVE_ACCURACY;
-    use tailguard::LogLinearMapping;
     let values = [
         f64::NAN,
         -0.01,
@@ -193,13 +247,14 @@ fn validate_and_construction_agree_on_the_accuracy() {
             LogLinearMapping,
         >::with_budget(config, Budget::Unlimited);
         let shared = SharedHedger::<Budget>::with_budget(config, Budget::Unlimited);
-        assert_eq!(cubic.is_ok(), valid, "cubic at {a}");
-        assert_eq!(log_linear.is_ok(), valid, "log-linear at {a}");
-        match shared {
-            Ok(_) => assert!(valid, "shared at {a}"),
-            Err(ConfigError::SharedKeyRange { .. }) => assert!(valid, "shared at {a}"),
-            Err(e) => assert!(!valid, "shared at {a}: {e:?}"),
-        }
+        // Valid accuracies build, or are refused for the key range only.
+        let agrees = |built: Result<(), ConfigError>, name: &str| match built {
+            Ok(()) | Err(ConfigError::KeyRange { .. }) => assert!(valid, "{name} at {a}"),
+            Err(e) => assert!(!valid, "{name} at {a}: {e:?}"),
+        };
+        agrees(cubic.map(drop), "cubic");
+        agrees(log_linear.map(drop), "log-linear");
+        agrees(shared.map(drop), "shared");
         if !valid {
             assert!(
                 matches!(config.validate(), Err(ConfigError::RelativeAccuracy(_))),

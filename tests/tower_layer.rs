@@ -199,7 +199,7 @@ async fn hedge_fires_at_the_delay_and_the_loser_is_dropped() {
 async fn a_log_linear_hedger_hedges_alike_and_learns() {
     let backend = Backend::new(|_, n| Reply::After(ms(if n == 0 { 100 } else { 2 })));
     // α = 2 %: at 1 % the log-linear keys' 1 024 buckets stop at 9 ms, and
-    // the hedger is refused (`ConfigError::SharedKeyRange`).
+    // the hedger is refused (`ConfigError::KeyRange`).
     let config = prior_5ms().min_samples(3).relative_accuracy(0.02);
     let hedger: Arc<SharedHedger<Budget, 1, LogLinearMapping>> =
         Arc::new(SharedHedger::with_budget(config, Budget::Unlimited).unwrap());

@@ -7,6 +7,9 @@ use crate::window::Rotation;
 
 const MS: u64 = 1_000_000;
 const SEC: u64 = 1_000_000_000;
+/// Windows must key samples apart down to 1 µs (or to the minimum delay):
+/// shorter ones may share the lowest bucket.
+const MAX_KEY_FLOOR_NS: u64 = 1_000;
 
 /// The most extra attempts a request may send (8 attempts in all).
 pub const MAX_HEDGES: u8 = 7;
@@ -33,6 +36,17 @@ pub struct HedgeConfig {
     /// Multiplier on that quantile, in thousandths. Default 1000 (× 1.0).
     pub delay_multiplier_permille: u32,
     /// The delay never goes below this. Default 1 ms.
+    ///
+    /// With a coarse clock (a 1 ms or 10 ms tick: timestamps are multiples
+    /// of the tick, timers fire on ticks), keep it at two ticks or more,
+    /// and expect the hedge rate to stray from `1 − quantile` while the
+    /// delay is within a few ticks: samples tie at tick values, so a delay
+    /// at a tick hedges every request that reaches it (seen: 2.1 times
+    /// `1 − q` at p99 with 0.5 ms latencies on a 1 ms tick, 0.2 times at
+    /// p90). With 0 and a tick longer than the latencies, every sample is
+    /// 0, so is the delay, and every request hedges as it starts, as far
+    /// as the budget lets it. A 32 kHz RTC (30.5 µs) behaves like an
+    /// exact clock for millisecond latencies.
     pub min_delay_ns: u64,
     /// The delay never goes above this. Default `u64::MAX` (no cap).
     pub max_delay_ns: u64,
@@ -70,6 +84,14 @@ pub struct HedgeConfig {
     /// timestamp from another clock, a jump of the clock) is refused and
     /// counted in [`HedgeStats::samples_refused`](super::HedgeStats::samples_refused),
     /// never recorded. Default 10 minutes, the span of the default sketch.
+    ///
+    /// Not a timeout: set it above every latency the backend can really
+    /// take. Answers above it are dropped, not counted as slow, so a limit
+    /// inside the tail leans the delay low (seen: a delay of 32.5 ms for a
+    /// true p90 of 38 ms with a 40 ms limit). Give up on slow requests
+    /// with [`deadline_ns`](Self::deadline_ns), whose cancelled attempts
+    /// are recorded as lasting at least that long. It also sets how many
+    /// buckets a window needs (see [`ConfigError::KeyRange`]).
     pub max_sample_ns: u64,
     /// Relative accuracy of the latency sketches, in
     /// `[`[`MIN_RELATIVE_ACCURACY`](crate::mapping::MIN_RELATIVE_ACCURACY)`, 1)`. Default 0.01.
@@ -357,6 +379,27 @@ impl HedgeConfig {
         let scaled = u128::from(quantile_ns).wrapping_mul(u128::from(permille));
         crate::wide::div_wide((scaled >> 64) as u64, scaled as u64, 1_000)
     }
+
+    /// How far down windows must key samples apart: to 1 µs, or to the
+    /// largest quantile the multiplier takes to `min_delay_ns` or below
+    /// (every delay from a shorter one is the minimum anyway). A window
+    /// whose buckets stop above it is refused ([`ConfigError::KeyRange`]).
+    pub(crate) fn key_floor_needed(&self) -> u64 {
+        let permille = u64::from(self.delay_multiplier_permille);
+        let lifted = if permille == 1_000 {
+            self.min_delay_ns
+        } else {
+            // The largest `v` with ⌊v · permille / 1000⌋ ≤ min_delay_ns:
+            // ⌊(1000 · (min_delay_ns + 1) − 1) / permille⌋ (permille ≥ 1:
+            // validated), saturating past `u64`; in 128 bits, divided
+            // without a 128-bit divide (as `scale`).
+            let top = (u128::from(self.min_delay_ns).wrapping_add(1))
+                .wrapping_mul(1_000)
+                .wrapping_sub(1); // below 2⁷⁴
+            crate::wide::div_wide((top >> 64) as u64, top as u64, permille.max(1))
+        };
+        lifted.max(MAX_KEY_FLOOR_NS)
+    }
 }
 
 impl Default for HedgeConfig {
@@ -404,14 +447,21 @@ pub enum ConfigError {
     /// balance to half or below, so no failure would ever be retried. Use
     /// 0 for no throttling, or 3 and up.
     RetryThrottle(u16),
-    /// [`SharedHedger`](super::SharedHedger) only: its fixed key range
-    /// (1 024 buckets a side, ending at `max_sample_ns`) reaches down to
-    /// `floor_ns` only, above 1 µs and above what `min_delay_ns` lets the
-    /// delay go down to, so delays below it would be guesses. Raise
-    /// `relative_accuracy`, lower `max_sample_ns`, or raise `min_delay_ns`
-    /// (see [`SharedHedger::key_floor_ns`](super::SharedHedger::key_floor_ns)).
-    SharedKeyRange {
-        /// The smallest sample the shared windows key exactly.
+    /// The windows' buckets, as many as the store holds (1 024 a side in a
+    /// [`SharedHedger`](super::SharedHedger); `N` for a
+    /// [`Hedger`](super::Hedger) over `CollapsingLowestStore<N>`), cannot
+    /// reach from `max_sample_ns` down to both 1 µs and what `min_delay_ns`
+    /// lets the delay go down to: they reach `floor_ns` only. Shorter
+    /// answers would share the lowest bucket (or, in a `Hedger`, one long
+    /// answer would fold the short ones into it) and delays below it would
+    /// be guesses: with 64 buckets, one 2 s answer among 38 ms ones took
+    /// the delay to 13 times the p90. Raise `relative_accuracy`, lower
+    /// `max_sample_ns`, raise `min_delay_ns`, or give the store more
+    /// buckets (see [`SharedHedger::key_floor_ns`](super::SharedHedger::key_floor_ns)
+    /// and [`Hedger::key_floor_ns`](super::Hedger::key_floor_ns)).
+    KeyRange {
+        /// The smallest sample the windows key apart from the lowest
+        /// bucket.
         floor_ns: u64,
     },
 }
@@ -442,12 +492,36 @@ impl fmt::Display for ConfigError {
                 f,
                 "a retry throttle of {n} tokens would throttle every retry; use 0 for none, or 3 and up (e.g. 20)"
             ),
-            Self::SharedKeyRange { floor_ns } => write!(
+            Self::KeyRange { floor_ns } => write!(
                 f,
-                "a shared hedger's 1 024 buckets reach down to {floor_ns} ns only; raise relative_accuracy, lower max_sample_ns, or raise min_delay_ns to at least that"
+                "the windows' buckets reach from max_sample_ns down to {floor_ns} ns only; raise relative_accuracy, lower max_sample_ns, raise min_delay_ns to at least that, or give the store more buckets"
             ),
         }
     }
 }
 
 impl core::error::Error for ConfigError {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// The floor a window needs is the largest one the rule takes:
+        /// down to 1 µs, or to a quantile the multiplier keeps at or below
+        /// the minimum delay.
+        #[test]
+        fn the_needed_floor_is_the_rule(
+            min_delay in prop_oneof![0u64..10_000_000, any::<u64>()],
+            permille in 1u32..100_000,
+            floor in prop_oneof![0u64..100_000_000, any::<u64>()],
+        ) {
+            let config = HedgeConfig::DEFAULT
+                .min_delay_ns(min_delay)
+                .delay_multiplier_permille(permille);
+            let refused = floor > MAX_KEY_FLOOR_NS && config.scale(floor) > min_delay;
+            prop_assert_eq!(floor > config.key_floor_needed(), refused);
+        }
+    }
+}

@@ -237,8 +237,9 @@
 //! CI builds such a hedger for `thumbv7em-none-eabihf` (start, timer,
 //! commit, stats; opt-level `"s"`, LTO) and checks from its disassembly
 //! that no software double-precision routine is reachable from any event:
-//! it takes 16.1 KB of flash (22.6 KB at opt-level 3; see the README's
-//! *Embedded targets*). 64-bit atomics, emulated with a lock on 32-bit
+//! it takes 16.1 KB of flash (20.3 KB at opt-level 3; more on
+//! `thumbv6m-none-eabi` and `riscv32imc-unknown-none-elf`, whose 64-bit
+//! atomics take critical sections; see the README's *Embedded targets*). 64-bit atomics, emulated with a lock on 32-bit
 //! targets, are one out-of-line function an operation there.
 //!
 //! # State machine
@@ -360,7 +361,9 @@ impl Hedger {
     /// A single-target hedger with the default ratio budget.
     ///
     /// # Errors
-    /// The first problem [`HedgeConfig::validate`] finds.
+    /// The first problem [`HedgeConfig::validate`] finds, or
+    /// [`ConfigError::KeyRange`] when the store's buckets are too few for
+    /// the configuration (see [`key_floor_ns`](Self::key_floor_ns)).
     pub fn new(config: HedgeConfig) -> Result<Self, ConfigError> {
         Self::with_budget(config, Budget::default())
     }
@@ -373,7 +376,9 @@ where
     /// A hedger whose targets all share `budget`.
     ///
     /// # Errors
-    /// The first problem [`HedgeConfig::validate`] finds.
+    /// The first problem [`HedgeConfig::validate`] finds, or
+    /// [`ConfigError::KeyRange`] when the store's buckets are too few for
+    /// the configuration (see [`key_floor_ns`](Self::key_floor_ns)).
     pub fn with_budget(config: HedgeConfig, budget: B) -> Result<Self, ConfigError> {
         let mapping = M::from_relative_accuracy(config.relative_accuracy)
             .map_err(|_| ConfigError::RelativeAccuracy(config.relative_accuracy))?;
@@ -389,7 +394,9 @@ where
     /// budget for all of them.
     ///
     /// # Errors
-    /// The first problem [`HedgeConfig::validate`] finds.
+    /// The first problem [`HedgeConfig::validate`] finds, or
+    /// [`ConfigError::KeyRange`] when the store's buckets are too few for
+    /// the configuration (see [`key_floor_ns`](Self::key_floor_ns)).
     pub fn with_budget_per_target(config: HedgeConfig, prototype: B) -> Result<Self, ConfigError> {
         let mapping = M::from_relative_accuracy(config.relative_accuracy)
             .map_err(|_| ConfigError::RelativeAccuracy(config.relative_accuracy))?;
@@ -409,7 +416,9 @@ impl<K: PartialEq + Copy, B: HedgeBudget, const T: usize, S: Store, M: IndexMapp
     /// arithmetic.
     ///
     /// # Errors
-    /// The first problem [`HedgeConfig::validate`] finds.
+    /// The first problem [`HedgeConfig::validate`] finds, or
+    /// [`ConfigError::KeyRange`] when the store's buckets are too few for
+    /// the configuration (see [`key_floor_ns`](Self::key_floor_ns)).
     pub fn with_mapping(config: HedgeConfig, budget: B, mapping: M) -> Result<Self, ConfigError> {
         Self::build(config, BudgetScope::Shared(budget), mapping)
     }
@@ -417,6 +426,7 @@ impl<K: PartialEq + Copy, B: HedgeBudget, const T: usize, S: Store, M: IndexMapp
     fn build(config: HedgeConfig, budget: BudgetScope<B>, mapping: M) -> Result<Self, ConfigError> {
         let () = Self::HAS_TARGETS;
         config.validate()?;
+        Self::check_key_range(&config, &mapping)?;
         let rotation = config.rotation();
         let aggregate = LatencyWindow::with_rotation(mapping, rotation, config.quantile)
             .map_err(|_| ConfigError::Quantile(config.quantile))?;
@@ -432,6 +442,65 @@ impl<K: PartialEq + Copy, B: HedgeBudget, const T: usize, S: Store, M: IndexMapp
             stats: HedgeStats::default(),
             id: machine::hedger_id(),
         })
+    }
+
+    /// The smallest sample the windows key apart from the lowest bucket
+    /// once an answer of [`max_sample_ns`](HedgeConfig::max_sample_ns) is
+    /// in: the store's `S::CAPACITY` buckets end at that answer's, and a
+    /// collapsing store folds shorter samples into its lowest. At most
+    /// 1 µs, or at most what [`min_delay_ns`](HedgeConfig::min_delay_ns)
+    /// keeps the delay above: a configuration whose floor is higher is
+    /// refused with [`ConfigError::KeyRange`]. 947 ns at the defaults.
+    ///
+    /// ```
+    /// use tailguard::hedge::{ConfigError, HedgeConfig, Hedger};
+    /// use tailguard::{Budget, CollapsingLowestStore, CubicMapping};
+    ///
+    /// assert!(Hedger::new(HedgeConfig::DEFAULT)?.key_floor_ns() < 1_000);
+    /// // 128 buckets of 2 % reach from 10 min down to 48 s only...
+    /// type Small = Hedger<(), Budget, 1, CollapsingLowestStore<128>, CubicMapping>;
+    /// let mapping = CubicMapping::new(0.01).unwrap();
+    /// let refused = Small::with_mapping(HedgeConfig::DEFAULT, Budget::default(), mapping);
+    /// assert!(matches!(refused, Err(ConfigError::KeyRange { .. })));
+    /// // ...and from 50 ms down to 4.04 ms, under a 5 ms minimum delay.
+    /// let short = HedgeConfig::DEFAULT.max_sample_ns(50_000_000).min_delay_ns(5_000_000);
+    /// Small::with_mapping(short, Budget::default(), mapping)?;
+    /// # Ok::<(), ConfigError>(())
+    /// ```
+    pub fn key_floor_ns(&self) -> u64 {
+        Self::floor_of(&self.mapping, self.config.max_sample_ns)
+    }
+
+    /// Refuses a store too small for `config` ([`ConfigError::KeyRange`]),
+    /// comparing keys, in integer operations (a constant configuration
+    /// folds the check away).
+    fn check_key_range(config: &HedgeConfig, mapping: &M) -> Result<(), ConfigError> {
+        let Some(top) = mapping.index_u64(config.max_sample_ns) else {
+            return Ok(());
+        };
+        let span = i32::try_from(S::CAPACITY)
+            .unwrap_or(i32::MAX)
+            .saturating_sub(1);
+        let low = top.saturating_sub(span);
+        let needed = mapping.index_u64(config.key_floor_needed());
+        if needed.is_some_and(|key| key < low) {
+            return Err(ConfigError::KeyRange {
+                floor_ns: Self::floor_of(mapping, config.max_sample_ns),
+            });
+        }
+        Ok(())
+    }
+
+    /// [`key_floor_ns`](Self::key_floor_ns) of `mapping` and `max_sample_ns`.
+    fn floor_of(mapping: &M, max_sample_ns: u64) -> u64 {
+        let Some(top) = mapping.index_u64(max_sample_ns) else {
+            return 0; // beyond the mapping's range: nothing collapses below
+        };
+        let span = i32::try_from(S::CAPACITY)
+            .unwrap_or(i32::MAX)
+            .saturating_sub(1);
+        // `as` saturates: 0 below the smallest `u64`.
+        mapping.lower_bound(top.saturating_sub(span)) as u64
     }
 
     /// Starts a request to `target` at `now`: the caller sends the primary

@@ -16,7 +16,7 @@
 //!   0.95 µs at the defaults ([`key_floor_ns`](SharedHedger::key_floor_ns)),
 //!   smaller keys collapsed into the first bucket. A configuration whose
 //!   range stops above 1 µs and above the minimum delay is refused
-//!   ([`ConfigError::SharedKeyRange`]): at α = 0.5 % the buckets span
+//!   ([`ConfigError::KeyRange`]): at α = 0.5 % the buckets span
 //!   only 25 300×, so pair a finer α with a shorter `max_sample_ns`.
 //!   Recording a sample is a relaxed `fetch_add` on its bucket and
 //!   one on its side's count. Refreshing the cached delay (every 1/32 new
@@ -146,6 +146,14 @@
 //! × 1 024 `AtomicU32`), `T + 1` windows, 13 KiB of lanes, 20 KiB for the
 //! table that keys samples without floating point, and the budget.
 //! Put it in an `Arc` or a `static`.
+//!
+//! It is built on the stack and moved out (safe Rust cannot build in
+//! place): about 68 KiB at `T = 1`, 184 KiB at `T = 8` and 1.1 MiB at
+//! `T = 64`, a few times over while the compiler copies it. A hedger with
+//! dozens of targets overflows a 2 MiB thread stack (a tokio worker's, or
+//! any spawned thread's by default): build it once at startup, on the
+//! main thread or on a thread given room
+//! (`std::thread::Builder::stack_size`), and hand out the `Arc`.
 
 mod in_flight;
 mod lanes;
@@ -169,10 +177,6 @@ use window::{AtomicWindow, Params};
 /// rotation period if that is shorter) publishes each sample at once: its
 /// thread records slowly, and batching would only delay the estimate.
 const MAX_WAIT_NS: u64 = 1_000_000;
-
-/// The key range must reach down to 1 µs (or to the minimum delay):
-/// shorter samples may share its first bucket.
-const MAX_KEY_FLOOR_NS: u64 = 1_000;
 
 /// Hedge state shared by every thread: all events take `&self`; see the
 /// module docs.
@@ -215,7 +219,7 @@ impl SharedHedger {
     ///
     /// # Errors
     /// The first problem [`HedgeConfig::validate`] finds, or
-    /// [`ConfigError::SharedKeyRange`] (see [`key_floor_ns`](SharedHedger::key_floor_ns)).
+    /// [`ConfigError::KeyRange`] (see [`key_floor_ns`](SharedHedger::key_floor_ns)).
     pub fn new(config: HedgeConfig) -> Result<Self, ConfigError> {
         Self::with_budget(config, Budget::default())
     }
@@ -224,11 +228,14 @@ impl SharedHedger {
 impl<B: HedgeBudget, const T: usize, M: IndexMapping + FromRelativeAccuracy> SharedHedger<B, T, M> {
     const HAS_TARGETS: () = assert!(T > 0, "a hedger needs room for at least one target");
 
-    /// A shared hedger whose targets all share `budget`.
+    /// A shared hedger whose targets all share `budget`. Defaults of the
+    /// type's parameters do not apply in an expression: name the type,
+    /// e.g. `SharedHedger::<Budget>::with_budget(config, Budget::Unlimited)`
+    /// (or `SharedHedger::<Budget, 8>` for eight targets).
     ///
     /// # Errors
     /// The first problem [`HedgeConfig::validate`] finds, or
-    /// [`ConfigError::SharedKeyRange`] (see [`key_floor_ns`](SharedHedger::key_floor_ns)).
+    /// [`ConfigError::KeyRange`] (see [`key_floor_ns`](SharedHedger::key_floor_ns)).
     pub fn with_budget(config: HedgeConfig, budget: B) -> Result<Self, ConfigError> {
         let () = Self::HAS_TARGETS;
         config.validate()?;
@@ -237,8 +244,8 @@ impl<B: HedgeBudget, const T: usize, M: IndexMapping + FromRelativeAccuracy> Sha
         let rotation = config.rotation();
         let params = Params::new(mapping, config.max_sample_ns, rotation, config.quantile);
         let floor_ns = params.floor_ns();
-        if floor_ns > MAX_KEY_FLOOR_NS && config.scale(floor_ns) > config.min_delay_ns {
-            return Err(ConfigError::SharedKeyRange { floor_ns });
+        if floor_ns > config.key_floor_needed() {
+            return Err(ConfigError::KeyRange { floor_ns });
         }
         Ok(Self {
             config,
@@ -276,7 +283,7 @@ impl<B: HedgeBudget, const T: usize, M: IndexMapping> SharedHedger<B, T, M> {
     /// shorter samples share the first bucket. At most 1 µs, or at most
     /// what [`min_delay_ns`](HedgeConfig::min_delay_ns) keeps the delay
     /// above: a configuration whose floor is higher is refused with
-    /// [`ConfigError::SharedKeyRange`]. 947 ns at the defaults.
+    /// [`ConfigError::KeyRange`]. 947 ns at the defaults.
     ///
     /// ```
     /// use tailguard::hedge::{ConfigError, HedgeConfig, SharedHedger};
@@ -284,7 +291,7 @@ impl<B: HedgeBudget, const T: usize, M: IndexMapping> SharedHedger<B, T, M> {
     /// assert!(SharedHedger::new(HedgeConfig::DEFAULT)?.key_floor_ns() < 1_000);
     /// // α = 0.5 %: the buckets span 25 300×, 23.7 ms to 10 min...
     /// let fine = HedgeConfig::DEFAULT.relative_accuracy(0.005);
-    /// assert!(matches!(SharedHedger::new(fine), Err(ConfigError::SharedKeyRange { .. })));
+    /// assert!(matches!(SharedHedger::new(fine), Err(ConfigError::KeyRange { .. })));
     /// // ...or 0.40 ms to 10 s, under the default 1 ms minimum delay.
     /// let fine = fine.max_sample_ns(10_000_000_000);
     /// assert!(SharedHedger::new(fine)?.key_floor_ns() < 1_000_000);
