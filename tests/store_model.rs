@@ -16,7 +16,7 @@ mod common;
 
 use common::{cases, store_model};
 use proptest::prelude::*;
-use tailguard::store::{CollapseSide, CollapsingStore, Highest, Lowest, StoreCollapse};
+use tailguard::store::{Collapse, CollapseSide, CollapsingStore, Highest, Lowest, StoreCollapse};
 use tailguard::Store;
 
 /// Every read of the store agrees with the model.
@@ -212,7 +212,8 @@ fn ring_wraps_around_the_array_and_i32() {
         s.collapse(),
         Some(StoreCollapse {
             samples: 1,
-            boundary: top - 6
+            boundary: top - 6,
+            side: Collapse::Lowest,
         })
     );
     assert_eq!(s.count_of(top - 7), 2);
@@ -247,7 +248,8 @@ fn saturation_and_collapse_are_accounted_in_any_order() {
             s.collapse(),
             Some(StoreCollapse {
                 samples: max,
-                boundary: 1000 - 15 + 1
+                boundary: 1000 - 15 + 1,
+                side: Collapse::Lowest,
             })
         );
     }

@@ -9,10 +9,11 @@ use opentelemetry_proto::tonic::metrics::v1::{
     exponential_histogram_data_point::Buckets as PbBuckets, metric, AggregationTemporality,
     ExponentialHistogramDataPoint,
 };
+use proptest::prelude::*;
 use prost::Message;
 use std::collections::BTreeMap;
 use tailguard::mapping::ExponentialMapping;
-use tailguard::store::{CollapsingLowestStore, NoStore, Store};
+use tailguard::store::{CollapsingHighestStore, CollapsingLowestStore, NoStore, Store};
 use tailguard::wire::{
     encode_otlp_data_point, encode_otlp_metrics_request, otlp_data_point_len,
     otlp_data_point_max_len, otlp_metrics_request_len, EncodeError, ExponentialHistogram,
@@ -82,8 +83,8 @@ fn check_point<P: Store, N: Store>(
     sketch: &DDSketch<ExponentialMapping, P, N>,
     point: &OtlpPoint<'_>,
 ) {
-    let scale = sketch.mapping().scale();
-    assert_eq!(pb.scale, scale);
+    let shift = ExponentialHistogram::new(sketch).downscaled();
+    assert_eq!(pb.scale, sketch.mapping().scale() - shift as i32);
     assert_eq!(pb.count, sketch.count());
     assert_eq!(pb.zero_count, sketch.zero_count());
     assert_eq!(pb.zero_threshold, f64::MIN_POSITIVE.next_down());
@@ -101,8 +102,13 @@ fn check_point<P: Store, N: Store>(
     assert_eq!(attrs(&pb.attributes), expected);
     assert_eq!(pb.flags, 0);
     assert!(pb.exemplars.is_empty());
+    // The sketch's buckets, merged in pairs `shift` times.
     let store = |s: &dyn Fn() -> Vec<(i32, u32)>| -> BTreeMap<i32, u64> {
-        s().into_iter().map(|(k, c)| (k, u64::from(c))).collect()
+        let mut merged = BTreeMap::new();
+        for (k, c) in s() {
+            *merged.entry(k >> shift).or_default() += u64::from(c);
+        }
+        merged
     };
     assert_eq!(
         dense(&pb.positive),
@@ -195,19 +201,39 @@ fn unsigned_empty_and_collapsed_sketches() {
         (pb.count, pb.sum, pb.min, pb.positive.is_none()),
         (0, None, None, true)
     );
-    // Collapsed: the folded samples stay in the collapsed bucket, and the
-    // counts still add up.
+    // Collapsed: downscaled until every sample is counted in its own
+    // bucket, and the counts still add up.
     let mut c =
         DDSketch::<ExponentialMapping, CollapsingLowestStore<16>, NoStore>::with_accuracy(0.05)
             .unwrap();
-    c.add_all(&data().into_iter().filter(|v| *v >= 0.0).collect::<Vec<_>>())
-        .unwrap();
+    // Above 1: within the reach of scale −10, whose two buckets hold the
+    // values up to 1 and those above.
+    let values: Vec<f64> = data().into_iter().filter(|v| *v > 1.0).collect();
+    c.add_all(&values).unwrap();
     assert!(c.collapse().is_some());
     let h = ExponentialHistogram::new(&c);
+    assert!(h.downscaled() > 0);
     let n = encode_otlp_data_point(&h, &point, &mut buf).unwrap();
     let pb = ExponentialHistogramDataPoint::decode(&buf[..n]).unwrap();
     check_point(&pb, &c, &point);
-    assert_eq!(pb.positive.as_ref().unwrap().bucket_counts.len(), 16);
+    assert_eq!(
+        counted_by_spec(&values, pb.scale),
+        [dense(&pb.positive), dense(&pb.negative)]
+    );
+}
+
+/// The samples counted by the specification's index at `scale`, positive
+/// and negative (by magnitude); zeros and subnormals left out.
+fn counted_by_spec(values: &[f64], scale: i32) -> [BTreeMap<i32, u64>; 2] {
+    let mut by_spec: [BTreeMap<i32, u64>; 2] = Default::default();
+    for &v in values {
+        if v.abs() >= f64::MIN_POSITIVE {
+            *by_spec[usize::from(v < 0.0)]
+                .entry(spec_index(v.abs(), scale))
+                .or_default() += 1;
+        }
+    }
+    by_spec
 }
 
 #[test]
@@ -371,4 +397,99 @@ fn a_saturated_bucket_leaves_sum_over_count_at_the_mean() {
     let h = ExponentialHistogram::new(&t);
     assert_eq!(h.sum().map(f64::to_bits), t.sum().map(f64::to_bits));
     assert_eq!(decoded(&h).sum.map(f64::to_bits), t.sum().map(f64::to_bits));
+}
+
+/// A reviewer's case: the README's scale 6 over 1 024 buckets (a 2¹⁶
+/// range) fed 90 % of samples near 1 µs and 10 % near 1 s. The store folds
+/// the fast ones into its lowest bucket, (2.01e4, 2.04e4]; read at scale 6
+/// a consumer took their median for 2·10⁴, twenty times the true one. The
+/// point is downscaled until that bucket holds `min` too.
+#[test]
+fn a_collapsed_point_counts_every_sample_in_its_own_bucket() {
+    let values: Vec<f64> = (0..3_000u32)
+        .map(|i| {
+            let jitter = 1.0 + f64::from(i % 97) / 100.0;
+            if i % 10 == 9 {
+                1e9 * jitter
+            } else {
+                1e3 * jitter
+            }
+        })
+        .collect();
+    let mut s = DDSketch::<ExponentialMapping, CollapsingLowestStore<1024>, NoStore>::with_mapping(
+        ExponentialMapping::new(6).unwrap(),
+    );
+    s.add_all(&values).unwrap();
+    assert!(s.collapse().is_some());
+    let h = ExponentialHistogram::new(&s);
+    let point = OtlpPoint::default();
+    let mut buf = vec![0u8; otlp_data_point_len(&h, &point)];
+    encode_otlp_data_point(&h, &point, &mut buf).unwrap();
+    let pb = ExponentialHistogramDataPoint::decode(buf.as_slice()).unwrap();
+    check_point(&pb, &s, &point);
+    assert!(pb.scale < 6, "scale {}", pb.scale);
+    assert_eq!(
+        counted_by_spec(&values, pb.scale),
+        [dense(&pb.positive), dense(&pb.negative)]
+    );
+    // The consumer's median bucket now holds the true median.
+    let mut sorted = values.clone();
+    sorted.sort_by(f64::total_cmp);
+    let median = sorted[(sorted.len() - 1) / 2];
+    let (mut seen, mut bucket) = (0, None);
+    for (&i, &c) in &dense(&pb.positive) {
+        seen += c;
+        if seen > (pb.count - 1) / 2 {
+            bucket = Some(i);
+            break;
+        }
+    }
+    assert_eq!(bucket, Some(spec_index(median, pb.scale)));
+}
+
+/// Decodes the OTLP bytes of `h`.
+fn decoded<P: Store, N: Store>(
+    h: &ExponentialHistogram<'_, P, N>,
+) -> ExponentialHistogramDataPoint {
+    let point = OtlpPoint::default();
+    let mut buf = vec![0u8; otlp_data_point_len(h, &point)];
+    encode_otlp_data_point(h, &point, &mut buf).unwrap();
+    ExponentialHistogramDataPoint::decode(buf.as_slice()).unwrap()
+}
+
+proptest! {
+    /// Any data, either sign, stores of 8 and 64 buckets collapsing on
+    /// either side: the point counts every sample in the bucket the
+    /// specification gives it at the point's scale (above −10, where
+    /// downscaling can go no further).
+    #[test]
+    fn every_sample_is_counted_in_its_own_bucket(
+        values in proptest::collection::vec(
+            prop_oneof![
+                (-300.0f64..300.0).prop_map(|e| 10f64.powf(e)),
+                (-300.0f64..300.0).prop_map(|e| -(10f64.powf(e))),
+                0.5f64..2.0,
+            ],
+            1..200,
+        ),
+        scale in -3i32..=8,
+    ) {
+        let m = ExponentialMapping::new(scale).unwrap();
+        let mut low = SignedSketch::<ExponentialMapping, CollapsingLowestStore<8>>::with_mapping(m);
+        let mut high =
+            SignedSketch::<ExponentialMapping, CollapsingHighestStore<64>>::with_mapping(m);
+        low.add_all(&values).unwrap();
+        high.add_all(&values).unwrap();
+        for pb in [
+            decoded(&ExponentialHistogram::new(&low)),
+            decoded(&ExponentialHistogram::new(&high)),
+        ] {
+            if pb.scale > -10 {
+                prop_assert_eq!(
+                    counted_by_spec(&values, pb.scale),
+                    [dense(&pb.positive), dense(&pb.negative)]
+                );
+            }
+        }
+    }
 }

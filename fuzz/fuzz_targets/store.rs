@@ -90,7 +90,11 @@ fn model(side: Collapse, n: usize, keys: &BTreeMap<i32, u64>) -> (Vec<(i32, u32)
     (
         folded.iter().map(|(&k, &c)| (k, c.min(MAX) as u32)).collect(),
         saturated(&folded),
-        Some(StoreCollapse { samples, boundary }),
+        Some(StoreCollapse {
+            samples,
+            boundary,
+            side,
+        }),
     )
 }
 

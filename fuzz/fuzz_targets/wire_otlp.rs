@@ -1,9 +1,14 @@
 //! OTLP export of arbitrary sketches: never a panic; the exact length
 //! functions match what the encoders write; a buffer one byte short is
-//! refused and left untouched; the data point's counts add up.
+//! refused and left untouched; the data point's counts add up, and (above
+//! scale −10, where downscaling a collapsed store can go no further) each
+//! sample is counted in the bucket its value indexes to at the point's
+//! scale.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
+use std::collections::BTreeMap;
+use tailguard::IndexMapping;
 use tailguard::mapping::ExponentialMapping;
 use tailguard::store::CollapsingLowestStore;
 use tailguard::wire::{
@@ -21,12 +26,31 @@ fuzz_target!(|input: (i8, Vec<(f64, u16)>, String, u64)| {
         return;
     };
     let mut sketch = Sketch::with_mapping(mapping);
+    let mut kept = Vec::new();
     for (v, w) in values.into_iter().take(256) {
-        let _ = sketch.add_weighted(v, u32::from(w)); // bad values are refused
+        // Bad values are refused.
+        if sketch.add_weighted(v, u32::from(w)).is_ok() && w > 0 {
+            kept.push((v, u64::from(w)));
+        }
     }
     let h = ExponentialHistogram::new(&sketch);
     let buckets: u64 = h.positive().counts().chain(h.negative().counts()).sum();
     assert_eq!(buckets.saturating_add(h.zero_count()), h.count());
+    if let Some(at) = ExponentialMapping::new(h.scale()).filter(|_| h.scale() > -10) {
+        let mut expected = [BTreeMap::new(), BTreeMap::new()];
+        for &(v, w) in &kept {
+            if v.abs() >= f64::MIN_POSITIVE {
+                *expected[usize::from(v < 0.0)].entry(at.index(v.abs())).or_insert(0u64) += w;
+            }
+        }
+        for (side, b) in expected.iter().zip([h.positive(), h.negative()]) {
+            let got: BTreeMap<i32, u64> = (b.offset()..)
+                .zip(b.counts())
+                .filter(|&(_, c)| c > 0)
+                .collect();
+            assert_eq!(&got, side, "scale {}", h.scale());
+        }
+    }
 
     let point = OtlpPoint {
         attributes: &[("k", name.as_str())],

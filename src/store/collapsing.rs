@@ -8,6 +8,7 @@ use core::ops::Range;
 
 /// Which side gives way when the keys seen span more than the capacity.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub enum Collapse {
     /// Fold the lowest keys (smallest magnitudes): high quantiles stay exact.
     Lowest,
@@ -394,6 +395,7 @@ impl<const N: usize, S: CollapseSide> CollapsingStore<N, S> {
                 Collapse::Lowest => self.low.saturating_add(1),
                 Collapse::Highest => self.high(),
             },
+            side: S::SIDE,
         })
     }
 

@@ -106,6 +106,9 @@ pub struct StoreCollapse {
     /// `boundary − 1`. For collapsing-highest, keys `< boundary` are exact
     /// and everything at or above was folded into `boundary`.
     pub boundary: i32,
+    /// The side that was folded: [`Collapse::Lowest`] or
+    /// [`Collapse::Highest`].
+    pub side: Collapse,
 }
 
 /// A fixed-capacity map from bucket keys to counts.

@@ -2,14 +2,15 @@
 //! exponential-histogram data point (and a Prometheus native histogram).
 
 use crate::mapping::{ExponentialMapping, IndexMapping};
-use crate::store::Store;
+use crate::store::{Collapse, Store, StoreCollapse};
 use crate::DDSketch;
 use core::fmt;
 
 /// A sketch over an [`ExponentialMapping`], read as OpenTelemetry's
 /// `ExponentialHistogramDataPoint`: same scale, same buckets, the same
 /// index for every value (see the mapping's boundary convention), so
-/// nothing is converted or approximated. Borrowing, allocation-free.
+/// nothing is converted or approximated, unless a store has collapsed
+/// (below). Borrowing, allocation-free.
 ///
 /// * `positive` and `negative` hold each store's occupied key range as a
 ///   dense run of counts, empty buckets included: OpenTelemetry's bucket
@@ -23,9 +24,19 @@ use core::fmt;
 ///   saturated, the sketch's sum less the dropped samples' share, so that
 ///   `sum / count` is the sketch's [`mean`](DDSketch::mean) (see
 ///   [`sum`](Self::sum)).
-/// * A collapsed store reports its collapsed bucket as the sketch does: the
-///   samples folded into it are counted there (see
-///   [`DDSketch::collapse`]).
+/// * A collapsed store folded samples into its edge bucket that are not
+///   values of that bucket (see [`DDSketch::collapse`]): a consumer would
+///   read them as the edge's values, far off (20 times at the median, once
+///   seen). The point is then *downscaled*, as OpenTelemetry SDKs do when
+///   the range outgrows their buckets: the scale is lowered by
+///   [`downscaled`](Self::downscaled) steps, each merging pairs of
+///   buckets (index `i` becomes `i >> 1`), until the edge bucket also
+///   holds the most extreme value a folded sample can have (`min` for a
+///   lowest-collapsed positive store, `max` for a highest-collapsed one;
+///   by magnitude for the negative store, and the smallest normal float
+///   where `min` or `max` is on the other side of zero). Every count is
+///   then in a bucket that contains its value, at a coarser scale (no
+///   lower than −10, OpenTelemetry's least).
 ///
 /// Prometheus native histograms use the same buckets with schema = scale
 /// (schemas −4 to 8); its OTLP receiver takes these data points as they are
@@ -49,6 +60,8 @@ use core::fmt;
 /// ```
 pub struct ExponentialHistogram<'a, P, N> {
     sketch: &'a DDSketch<ExponentialMapping, P, N>,
+    /// Halvings of the sketch's scale (see *collapsed store*).
+    shift: u32,
 }
 
 // By hand: derives would ask `P` and `N` for what a reference does not need.
@@ -63,6 +76,7 @@ impl<P: Store, N: Store> fmt::Debug for ExponentialHistogram<'_, P, N> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ExponentialHistogram")
             .field("scale", &self.scale())
+            .field("downscaled", &self.shift)
             .field("count", &self.count())
             .field("zero_count", &self.zero_count())
             .field("positive", &self.positive())
@@ -72,14 +86,49 @@ impl<P: Store, N: Store> fmt::Debug for ExponentialHistogram<'_, P, N> {
 }
 
 impl<'a, P: Store, N: Store> ExponentialHistogram<'a, P, N> {
-    /// The data point of `sketch`.
+    /// The data point of `sketch`, downscaled if a store has collapsed.
     pub fn new(sketch: &'a DDSketch<ExponentialMapping, P, N>) -> Self {
-        Self { sketch }
+        let mapping = sketch.mapping();
+        // Where the samples folded into a collapsed edge may lie, by
+        // magnitude: what `min` and `max` say of each side, else the
+        // smallest normal float (below it is the zero bucket).
+        let (min, max) = (sketch.min().unwrap_or(0.0), sketch.max().unwrap_or(0.0));
+        let smallest = mapping.min_indexable_value();
+        let positive_low = if min > 0.0 { min } else { smallest };
+        let negative_low = if max < 0.0 { -max } else { smallest };
+        let positive = shift_for(
+            mapping,
+            sketch.positive_store().collapse(),
+            positive_low,
+            max,
+        );
+        let negative = shift_for(
+            mapping,
+            sketch.negative_store().collapse(),
+            negative_low,
+            -min,
+        );
+        let most = u32::try_from(mapping.scale().saturating_sub(MIN_SCALE)).unwrap_or(0);
+        Self {
+            sketch,
+            shift: positive.max(negative).min(most),
+        }
     }
 
-    /// The scale: `2^scale` buckets between consecutive powers of two.
+    /// The scale: `2^scale` buckets between consecutive powers of two. The
+    /// sketch's, less [`downscaled`](Self::downscaled).
     pub fn scale(&self) -> i32 {
-        self.sketch.mapping().scale()
+        self.sketch
+            .mapping()
+            .scale()
+            .saturating_sub_unsigned(self.shift)
+    }
+
+    /// How many times the sketch's scale was halved so that the samples a
+    /// collapsed store folded lie in the buckets that count them: 0 unless
+    /// a store has collapsed.
+    pub fn downscaled(&self) -> u32 {
+        self.shift
     }
 
     /// Samples in the data point: every bucket and the zero count.
@@ -152,20 +201,51 @@ impl<'a, P: Store, N: Store> ExponentialHistogram<'a, P, N> {
 
     /// The buckets of positive values.
     pub fn positive(&self) -> Buckets<'a, P> {
-        Buckets::of(self.sketch.positive_store())
+        Buckets::of(self.sketch.positive_store(), self.shift)
     }
 
     /// The buckets of negative values, by magnitude.
     pub fn negative(&self) -> Buckets<'a, N> {
-        Buckets::of(self.sketch.negative_store())
+        Buckets::of(self.sketch.negative_store(), self.shift)
     }
+}
+
+/// OpenTelemetry's least scale: 2¹⁰²⁴ a bucket, every float in two.
+const MIN_SCALE: i32 = -10;
+
+/// Halvings of the scale after which a store's collapsed edge bucket
+/// holds the most extreme magnitude its folded samples may have: `low`
+/// for a collapse of the lowest keys, `high` for one of the highest.
+fn shift_for(
+    mapping: &ExponentialMapping,
+    collapse: Option<StoreCollapse>,
+    low: f64,
+    high: f64,
+) -> u32 {
+    let Some(c) = collapse else {
+        return 0;
+    };
+    let (edge, extreme) = match c.side {
+        Collapse::Lowest => (c.boundary.saturating_sub(1), low),
+        Collapse::Highest => (c.boundary, high),
+    };
+    let clamped = extreme.clamp(mapping.min_indexable_value(), mapping.max_indexable_value());
+    let far = mapping.index(clamped);
+    // Keys fit `i32`: 32 halvings bring any two together.
+    (0..32u32)
+        .find(|&k| edge.wrapping_shr(k) == far.wrapping_shr(k))
+        .unwrap_or(32)
 }
 
 /// One side of a data point: bucket counts for the indexes `offset ..
 /// offset + len`, dense.
 pub struct Buckets<'a, S> {
     store: &'a S,
-    range: Option<(i32, i32)>,
+    /// The store's keys.
+    keys: Option<(i32, i32)>,
+    /// Halvings of the store's scale: bucket `i` holds keys `i << shift`
+    /// to `((i + 1) << shift) − 1`.
+    shift: u32,
 }
 
 impl<S> Clone for Buckets<'_, S> {
@@ -185,21 +265,34 @@ impl<S: Store> fmt::Debug for Buckets<'_, S> {
 }
 
 impl<'a, S: Store> Buckets<'a, S> {
-    fn of(store: &'a S) -> Self {
+    fn of(store: &'a S, shift: u32) -> Self {
         Self {
             store,
-            range: store.key_range(),
+            keys: store.key_range(),
+            shift,
         }
+    }
+
+    /// The bucket indexes, first and last (shifts of negative keys round
+    /// down, as OpenTelemetry's downscaling does).
+    fn range(&self) -> Option<(i32, i32)> {
+        let k = self.shift;
+        self.keys.map(|(lo, hi)| {
+            (
+                lo.checked_shr(k).unwrap_or(lo >> 31),
+                hi.checked_shr(k).unwrap_or(hi >> 31),
+            )
+        })
     }
 
     /// The index of the first bucket (0 when there is none).
     pub fn offset(&self) -> i32 {
-        self.range.map_or(0, |r| r.0)
+        self.range().map_or(0, |r| r.0)
     }
 
     /// The number of buckets, from the lowest non-empty to the highest.
     pub fn len(&self) -> usize {
-        self.range.map_or(0, |(lo, hi)| {
+        self.range().map_or(0, |(lo, hi)| {
             let span = i64::from(hi)
                 .saturating_sub(i64::from(lo))
                 .saturating_add(1);
@@ -209,16 +302,30 @@ impl<'a, S: Store> Buckets<'a, S> {
 
     /// Whether there are no buckets.
     pub fn is_empty(&self) -> bool {
-        self.range.is_none()
+        self.keys.is_none()
     }
 
     /// The counts of buckets `offset, offset + 1, …`; the first and the
     /// last are non-zero.
     pub fn counts(&self) -> impl Iterator<Item = u64> + 'a {
-        let store = self.store;
-        self.range
+        let (store, shift) = (self.store, self.shift);
+        let keys = self.keys;
+        self.range()
             .into_iter()
             .flat_map(|(lo, hi)| lo..=hi)
-            .map(move |k| u64::from(store.count_of(k)))
+            .map(move |i| {
+                let Some((first, last)) = keys else {
+                    return 0;
+                };
+                // The store's keys in bucket `i`, within its range.
+                let from = (i128::from(i) << shift).max(i128::from(first));
+                let to = (i128::from(i).saturating_add(1) << shift)
+                    .saturating_sub(1)
+                    .min(i128::from(last));
+                (from..=to)
+                    .filter_map(|k| i32::try_from(k).ok())
+                    .map(|k| u64::from(store.count_of(k)))
+                    .sum()
+            })
     }
 }

@@ -509,6 +509,7 @@ pub fn store_model(side: Collapse, capacity: usize, adds: &[(i32, u32)]) -> Stor
         collapse = Some(StoreCollapse {
             samples: samples.min(at_edge),
             boundary,
+            side,
         });
     }
     let max = u64::from(u32::MAX);
