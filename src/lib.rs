@@ -59,8 +59,9 @@
 //! `N` buckets it covers values from `v` to about `v · γ^N`; at α = 1 % the
 //! default 1024 buckets span 1 µs to about 10 minutes (in ns). Past that
 //! range the lowest buckets collapse: [`DDSketch::collapse`] says so and
-//! from which value up the guarantee still holds; quantiles below it are
-//! over-estimated, never under-estimated. What a sketch holds depends only
+//! from which value up the guarantee still holds; quantiles below it may be
+//! over-estimated by any amount, and under-estimated by α at most. What a
+//! sketch holds depends only
 //! on the samples it was given, not their order, so merging sketches gives
 //! exactly the sketch of the combined stream, collapse and saturation
 //! included (the float sum up to the rounding of its additions).

@@ -20,9 +20,13 @@ use core::fmt;
 ///   use [`SignedSketch`] for data of both signs.
 ///
 /// Zero, and magnitudes below the mapping's
-/// [`min_indexable_value`](IndexMapping::min_indexable_value) (≈ 2·10⁻³⁰⁸,
-/// subnormals and `-0.0` included), are counted in a zero bucket and
-/// reported as 0. A sketch without a negative store refuses every negative
+/// [`min_indexable_value`](IndexMapping::min_indexable_value) (≈ 2·10⁻³⁰⁸
+/// at α = 1 %, subnormals and `-0.0` included), are counted in a zero
+/// bucket and reported as 0, without an error. That limit rises as α
+/// shrinks, since the keys must fit `i32`: at α = 10⁻⁷ it is 8.7·10⁻¹⁸⁷ for
+/// the logarithmic mapping, 4.3·10⁻¹⁸⁵ for the cubic, 1.1·10⁻¹²⁹ for the
+/// linear and 8.6·10⁻⁷⁸ for the log-linear (and the largest value falls
+/// alike: see [`SketchError::ValueOutOfRange`]). A sketch without a negative store refuses every negative
 /// value, however small. Every sketch takes `-0.0` as `0.0` (also in
 /// [`min`](Self::min) and [`max`](Self::max), so that they do not depend on
 /// the order of the adds).
@@ -40,7 +44,9 @@ use core::fmt;
 /// documented: `x` in the zero bucket is answered 0, and after a collapse
 /// of the lowest buckets, quantiles whose exact value lies at or above
 /// [`collapse`](Self::collapse)`().bound` keep the guarantee and those below
-/// it are over-estimated (never under-estimated). Answers are clamped into
+/// it may be over-estimated by any amount, and under-estimated by α at most
+/// (the edge bucket holds its own values too); after a collapse of the
+/// highest, the mirror image. Answers are clamped into
 /// the exact `[min, max]`.
 ///
 /// # Example
@@ -147,7 +153,8 @@ pub enum SketchError {
     NotANumber,
     /// The value's magnitude exceeds the mapping's
     /// [`max_indexable_value`](IndexMapping::max_indexable_value) (≈ 1.7·10³⁰⁸
-    /// at α = 1 %), or is infinite; nothing was added.
+    /// at α = 1 %, less at finer accuracies), or is infinite; nothing was
+    /// added.
     ValueOutOfRange(f64),
     /// The value was negative and the sketch has no negative store
     /// ([`NoStore`]); nothing was added. Use [`SignedSketch`] for signed data.
@@ -206,9 +213,11 @@ pub struct Collapsed {
     pub samples: u64,
     /// The magnitude that separates exact buckets from the collapsed one:
     /// for a collapsing-lowest store, quantiles whose exact magnitude is
-    /// `>= bound` keep the α guarantee and smaller ones are over-estimated;
-    /// for a collapsing-highest store, magnitudes `< bound` keep it and
-    /// larger ones are under-estimated.
+    /// `>= bound` keep the α guarantee and smaller ones may be
+    /// over-estimated by any amount (under-estimated by α at most: the
+    /// edge bucket also holds values of its own); for a collapsing-highest
+    /// store, magnitudes `< bound` keep it and larger ones may be
+    /// under-estimated by any amount (over-estimated by α at most).
     pub bound: f64,
 }
 
@@ -218,7 +227,9 @@ impl DDSketch {
     ///
     /// # Errors
     /// [`SketchError::Mapping`] if α is not in `[1e-7, 1)`
-    /// ([`MIN_RELATIVE_ACCURACY`](crate::mapping::MIN_RELATIVE_ACCURACY)).
+    /// ([`MIN_RELATIVE_ACCURACY`](crate::mapping::MIN_RELATIVE_ACCURACY));
+    /// [`ExponentialMapping`](crate::mapping::ExponentialMapping) needs
+    /// 3.3·10⁻⁷ at least (its finest scale, 20).
     pub fn new(relative_accuracy: f64) -> Result<Self, SketchError> {
         Self::with_accuracy(relative_accuracy)
     }
@@ -230,7 +241,9 @@ impl<M: IndexMapping, P: Store, N: Store> DDSketch<M, P, N> {
     ///
     /// # Errors
     /// [`SketchError::Mapping`] if α is not in `[1e-7, 1)`
-    /// ([`MIN_RELATIVE_ACCURACY`](crate::mapping::MIN_RELATIVE_ACCURACY)).
+    /// ([`MIN_RELATIVE_ACCURACY`](crate::mapping::MIN_RELATIVE_ACCURACY));
+    /// [`ExponentialMapping`](crate::mapping::ExponentialMapping) needs
+    /// 3.3·10⁻⁷ at least (its finest scale, 20).
     pub fn with_accuracy(relative_accuracy: f64) -> Result<Self, SketchError>
     where
         M: FromRelativeAccuracy,

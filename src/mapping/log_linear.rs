@@ -74,7 +74,7 @@ use crate::FromRelativeAccuracy;
 /// 2.9 times the [`LogarithmicMapping`](super::LogarithmicMapping)'s at the
 /// α asked for, depending on where α falls between halvings (`k = 6` gives
 /// 64 buckets per power of two against 35 for the exact logarithm at 1 %:
-/// the default 1024 buckets span a ratio of 2¹⁶, e.g. 65 µs to 4.3 s, before
+/// the default 1024 buckets span a ratio of 2¹⁶, e.g. 64 µs to 4.1 s, before
 /// the lowest collapse; give the store 2048 for 1 µs to 10 minutes).
 ///
 /// | α asked | `k` | α achieved | buckets per ×2 |

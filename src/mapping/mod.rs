@@ -184,7 +184,7 @@ pub trait IndexMapping: Copy + fmt::Debug + PartialEq {
 
 /// The smallest relative accuracy a mapping accepts. Below it the keys of
 /// ordinary values would not fit `i32`: at `10⁻⁹` the indexable range would
-/// shrink to about `[0.03, 35]`.
+/// shrink to about `[0.014, 73]`.
 pub const MIN_RELATIVE_ACCURACY: f64 = 1e-7;
 
 /// Why a mapping could not be built.

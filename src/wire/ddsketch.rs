@@ -244,7 +244,13 @@ pub fn ddsketch_encoded_len<M: WireMapping, P: Store, N: Store>(
 /// mapping is written as its [`wire_gamma`](WireMapping::wire_gamma), index
 /// offset and interpolation.
 /// Default values are left out, as protobuf's canonical encoding does. The
-/// format has no minimum, maximum or sum: they do not travel.
+/// format has no minimum, maximum or sum: they do not travel. Nor does a
+/// collapse ([`DDSketch::collapse`]): the receiver's sketch reports none,
+/// and answers the folded samples' quantiles as if they were the edge
+/// bucket's values (once seen: a median 3.8 times the true one, with a
+/// clean [`DecodeReport`]). Send the sender's `collapse()` beside the
+/// bytes if the receiver must know, or give the sender room to not
+/// collapse.
 /// Counts are doubles: bucket counts (`u32`) are exact, but a zero count
 /// above 2^53 is written as the nearest double (off by up to 1 024), and
 /// a saturated one, `u64::MAX`, as 2^64, which decodes back to

@@ -2,7 +2,7 @@
 //! 32 buckets a power of two: 1 024 buckets span 1 µs to over an hour)
 //! driven through start, timer, commit and stats, its inputs read through
 //! `black_box` so that nothing folds. `.ci/run` reports its flash size
-//! (`.text + .rodata + .data`, at most 8 KiB) and checks that no software
+//! (`.text + .rodata + .data`; gated at 16 KiB, the goal is 8 KiB) and checks that no software
 //! double-precision routine is reachable from `tailguard_hedger_start`,
 //! `tailguard_hedger_timer` or `tailguard_hedger_commit` (construction
 //! may use floats: it runs once).
