@@ -53,7 +53,15 @@ async fn hedged_call(hedger: &Arc<SharedHedger>, clock: MonotonicClock, id: u64)
             .and_then(|at| clock.instant(at))
             .map(Instant::from_std);
         tokio::select! {
-            Some(Ok((attempt, answer))) = attempts.join_next() => {
+            Some(joined) = attempts.join_next() => {
+                // A task that panicked passes its panic on (matching only
+                // `Ok` would disable this branch, and with no timer armed
+                // `select!` would panic on its own); tasks are aborted
+                // only below, once the call is over.
+                let (attempt, answer) = match joined {
+                    Ok(done) => done,
+                    Err(e) => std::panic::resume_unwind(e.into_panic()),
+                };
                 if let CommitOutcome::Won { .. } = request.on_commit(attempt) {
                     attempts.abort_all(); // cancel the losers
                     return answer;

@@ -32,6 +32,14 @@ pub const MAX_HEDGES: u8 = 7;
 #[non_exhaustive]
 pub struct HedgeConfig {
     /// The latency quantile that sets the hedge delay. Default 0.90.
+    ///
+    /// Put it below the slow requests you want raced: with exactly 10 %
+    /// stragglers, the p90 falls at the edge of the slow group, where a
+    /// small error of the estimate moves the delay into it, and many
+    /// stragglers wait for it (a reviewer's p99 fell from 73 ms to 46 at
+    /// p90 but to 24–35 at p80). `1 − quantile` should be
+    /// comfortably above the share of stragglers, and the budget's share
+    /// above `1 − quantile`.
     pub quantile: f64,
     /// Multiplier on that quantile, in thousandths. Default 1000 (× 1.0).
     pub delay_multiplier_permille: u32,
