@@ -124,6 +124,23 @@ fn a_small_store_refuses_what_it_cannot_span_and_keeps_what_it_can() {
     );
 }
 
+/// A minimum delay above the longest real latency would never let a hedge
+/// out: refused with a typed error by both hedgers, equal bounds accepted.
+#[test]
+fn a_minimum_delay_above_the_longest_latency_is_refused() {
+    let config = HedgeConfig::DEFAULT
+        .min_delay_ns(10 * MS)
+        .max_sample_ns(5 * MS);
+    let want = Err(ConfigError::MinDelayAboveMaxSample {
+        min_delay_ns: 10 * MS,
+        max_sample_ns: 5 * MS,
+    });
+    assert_eq!(config.validate(), want);
+    assert_eq!(Hedger::new(config).map(|_| ()), want);
+    assert_eq!(SharedHedger::new(config).map(|_| ()), want);
+    assert!(config.max_sample_ns(10 * MS).validate().is_ok());
+}
+
 /// The class: every configuration `SharedHedger` accepts gives `Hedger`'s
 /// delay (within the two windows' accuracy), and the grid holds both
 /// accepted and refused ones.

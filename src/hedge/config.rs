@@ -319,6 +319,12 @@ impl HedgeConfig {
         if self.max_sample_ns == 0 {
             return Err(ConfigError::ZeroMaxSample);
         }
+        if self.min_delay_ns > self.max_sample_ns {
+            return Err(ConfigError::MinDelayAboveMaxSample {
+                min_delay_ns: self.min_delay_ns,
+                max_sample_ns: self.max_sample_ns,
+            });
+        }
         if self.in_flight_lease_ns == 0 {
             return Err(ConfigError::ZeroLease);
         }
@@ -451,6 +457,15 @@ pub enum ConfigError {
     ZeroInFlight,
     /// A deadline of 0 would give up every request at once.
     ZeroDeadline,
+    /// A minimum delay above the longest real latency (`max_sample_ns`):
+    /// every answer would come before any hedge could go out. Lower the
+    /// minimum delay or raise `max_sample_ns`.
+    MinDelayAboveMaxSample {
+        /// The minimum delay.
+        min_delay_ns: u64,
+        /// The longest latency the hedger takes for real.
+        max_sample_ns: u64,
+    },
     /// A retry throttle of 1 or 2 tokens: a failure's own token takes the
     /// balance to half or below, so no failure would ever be retried. Use
     /// 0 for no throttling, or 3 and up.
@@ -499,6 +514,13 @@ impl fmt::Display for ConfigError {
             Self::RetryThrottle(n) => write!(
                 f,
                 "a retry throttle of {n} tokens would throttle every retry; use 0 for none, or 3 and up (e.g. 20)"
+            ),
+            Self::MinDelayAboveMaxSample {
+                min_delay_ns,
+                max_sample_ns,
+            } => write!(
+                f,
+                "min_delay_ns {min_delay_ns} is above max_sample_ns {max_sample_ns}: no hedge could ever go out; lower min_delay_ns or raise max_sample_ns"
             ),
             Self::KeyRange { floor_ns } => write!(
                 f,
