@@ -108,7 +108,12 @@ impl<'a, P: Store, N: Store> ExponentialHistogram<'a, P, N> {
             negative_low,
             -min,
         );
-        let most = u32::try_from(mapping.scale().saturating_sub(MIN_SCALE)).unwrap_or(0);
+        let most = u32::try_from(
+            mapping
+                .scale()
+                .saturating_sub(ExponentialMapping::MIN_SCALE),
+        )
+        .unwrap_or(0);
         Self {
             sketch,
             shift: positive.max(negative).min(most),
@@ -209,9 +214,6 @@ impl<'a, P: Store, N: Store> ExponentialHistogram<'a, P, N> {
         Buckets::of(self.sketch.negative_store(), self.shift)
     }
 }
-
-/// OpenTelemetry's least scale: 2¹⁰²⁴ a bucket, every float in two.
-const MIN_SCALE: i32 = -10;
 
 /// Halvings of the scale after which a store's collapsed edge bucket
 /// holds the most extreme magnitude its folded samples may have: `low`
