@@ -85,6 +85,8 @@ struct Input {
     log_linear: bool,
     /// Retry throttling's tokens: 0 (off) to 7.
     retry_throttle: u8,
+    /// The clock's tick in µs; 0 for an exact clock.
+    tick_us: u8,
     events: Vec<Event>,
 }
 
@@ -148,7 +150,8 @@ fn run<M: IndexMapping + FromRelativeAccuracy>(input: Input) {
         .min_samples(u64::from(input.min_samples).max(1))
         .rotation_period_ns(SEC)
         .in_flight_lease_ns(lease)
-        .retry_throttle(u16::from(input.retry_throttle % 8));
+        .retry_throttle(u16::from(input.retry_throttle % 8))
+        .clock_tick_ns(u64::from(input.tick_us).max(1) * if input.tick_us == 0 { 1 } else { 1_000 });
     if matches!(config.retry_throttle, 1 | 2) {
         // Refused: every retry would be throttled.
         assert_eq!(
@@ -180,6 +183,10 @@ fn run<M: IndexMapping + FromRelativeAccuracy>(input: Input) {
     };
     let bounded = !matches!(budget, Budget::Unlimited);
     let never = matches!(budget, Budget::Never);
+    if input.log_linear {
+        // At 1 % its 1 024 buckets span 2¹⁶ only: refused (`KeyRange`).
+        config = config.relative_accuracy(0.02);
+    }
     let mut h: Hedger<u8, Budget, 2, CollapsingLowestStore<1024>, M> = if input.per_target {
         Hedger::with_budget_per_target(config, budget).unwrap()
     } else {
@@ -221,6 +228,16 @@ fn run<M: IndexMapping + FromRelativeAccuracy>(input: Input) {
                     Plan::Hedge { delay_ns, source } => {
                         assert!(idempotent && config.max_hedges > 0);
                         assert!(delay_ns >= config.min_delay_ns);
+                        // A delay from a window is a whole number of ticks,
+                        // at least one (unless the maximum bounds it).
+                        if source != DelaySource::Prior && delay_ns < config.max_delay_ns {
+                            assert!(delay_ns >= config.clock_tick_ns);
+                            let tick = config.clock_tick_ns;
+                            assert!(
+                                delay_ns % tick == 0 || delay_ns == config.min_delay_ns,
+                                "{delay_ns} on a {tick} ns tick"
+                            );
+                        }
                         if source == DelaySource::Prior {
                             assert_eq!(
                                 Some(delay_ns),

@@ -43,18 +43,8 @@ pub struct HedgeConfig {
     pub quantile: f64,
     /// Multiplier on that quantile, in thousandths. Default 1000 (× 1.0).
     pub delay_multiplier_permille: u32,
-    /// The delay never goes below this. Default 1 ms.
-    ///
-    /// With a coarse clock (a 1 ms or 10 ms tick: timestamps are multiples
-    /// of the tick, timers fire on ticks), keep it at two ticks or more,
-    /// and expect the hedge rate to stray from `1 − quantile` while the
-    /// delay is within a few ticks: samples tie at tick values, so a delay
-    /// at a tick hedges every request that reaches it (seen: 2.1 times
-    /// `1 − q` at p99 with 0.5 ms latencies on a 1 ms tick, 0.2 times at
-    /// p90). With 0 and a tick longer than the latencies, every sample is
-    /// 0, so is the delay, and every request hedges as it starts, as far
-    /// as the budget lets it. A 32 kHz RTC (30.5 µs) behaves like an
-    /// exact clock for millisecond latencies.
+    /// The delay never goes below this. Default 1 ms. With a coarse clock,
+    /// set [`clock_tick_ns`](Self::clock_tick_ns) too.
     pub min_delay_ns: u64,
     /// The delay never goes above this. Default `u64::MAX` (no cap).
     pub max_delay_ns: u64,
@@ -167,6 +157,26 @@ pub struct HedgeConfig {
     /// sends nothing more. A commit reported before that event still wins
     /// (see *State machine* in the [module docs](super)). Default `None`.
     pub deadline_ns: Option<u64>,
+    /// The resolution of the caller's clock: its timestamps are multiples
+    /// of this many ns (a 1 ms SysTick: 1 000 000). Default 1, an exact
+    /// clock.
+    ///
+    /// On a coarse clock answers tie at tick values, and a delay at a tick
+    /// would hedge every request that reaches that tick, far more than
+    /// `1 − quantile` of them (2.1 times at p99 with 0.5 ms latencies on a
+    /// 1 ms tick); with `min_delay_ns` 0 and latencies under a tick, every
+    /// sample and the delay are 0, and every request hedges as it starts.
+    /// With the tick set, a delay from the windows is rounded to the
+    /// nearest tick and one tick added: a request hedges only once it is
+    /// measurably slower than the estimate, so the hedge rate stays at or
+    /// below `1 − quantile` (fails closed; below it by the tick's share
+    /// where latencies span few ticks: nothing can tell the slow requests
+    /// apart there), and the delay is never 0. Timers that fire on ticks
+    /// are then exact. A 32 kHz RTC (30.5 µs) hedges its share of
+    /// millisecond latencies with or without it; tokio's timers, whose
+    /// timestamps are exact but whose sleeps end on a millisecond, need it
+    /// not (they fire late, which only hedges less).
+    pub clock_tick_ns: u64,
 }
 
 impl HedgeConfig {
@@ -174,7 +184,7 @@ impl HedgeConfig {
     /// 30 s rotation or 1 000 samples, α = 1 %, samples up to 10 min, one
     /// hedge, two retries of retryable failures (throttled at a balance of
     /// 20), no prior, no in-flight cap
-    /// (10 s lease), no deadline.
+    /// (10 s lease), no deadline, an exact clock.
     pub const DEFAULT: Self = Self {
         quantile: 0.90,
         delay_multiplier_permille: 1_000,
@@ -192,6 +202,7 @@ impl HedgeConfig {
         max_hedges_in_flight: None,
         in_flight_lease_ns: 10 * SEC,
         deadline_ns: None,
+        clock_tick_ns: 1,
     };
 
     /// Sets [`quantile`](Self::quantile).
@@ -239,6 +250,12 @@ impl HedgeConfig {
     /// Sets [`max_sample_ns`](Self::max_sample_ns).
     pub const fn max_sample_ns(mut self, ns: u64) -> Self {
         self.max_sample_ns = ns;
+        self
+    }
+
+    /// Sets [`clock_tick_ns`](Self::clock_tick_ns).
+    pub const fn clock_tick_ns(mut self, ns: u64) -> Self {
+        self.clock_tick_ns = ns;
         self
     }
 
@@ -328,6 +345,9 @@ impl HedgeConfig {
         if self.in_flight_lease_ns == 0 {
             return Err(ConfigError::ZeroLease);
         }
+        if self.clock_tick_ns == 0 {
+            return Err(ConfigError::ZeroTick);
+        }
         // The range every mapping takes: what passes here builds a hedger.
         if !(MIN_RELATIVE_ACCURACY..1.0).contains(&self.relative_accuracy) {
             return Err(ConfigError::RelativeAccuracy(self.relative_accuracy));
@@ -379,6 +399,25 @@ impl HedgeConfig {
     #[inline]
     pub(crate) fn bound(&self, delay: u64) -> u64 {
         delay.max(self.min_delay_ns).min(self.max_delay_ns)
+    }
+
+    /// The delay for a window's quantile estimate: times the multiplier,
+    /// one tick past the nearest tick on a coarse clock, within the bounds.
+    #[inline]
+    pub(crate) fn delay_for(&self, quantile_ns: u64) -> u64 {
+        let scaled = self.scale(quantile_ns);
+        let tick = self.clock_tick_ns;
+        let delay = if tick > 1 {
+            // ⌊(d + τ/2) / τ⌋ + 1 ticks, saturating.
+            let ticks = scaled
+                .saturating_add(tick / 2)
+                .checked_div(tick)
+                .unwrap_or(0);
+            ticks.saturating_add(1).saturating_mul(tick)
+        } else {
+            scaled
+        };
+        self.bound(delay)
     }
 
     /// A quantile times the configured multiplier, saturating.
@@ -457,6 +496,8 @@ pub enum ConfigError {
     ZeroInFlight,
     /// A deadline of 0 would give up every request at once.
     ZeroDeadline,
+    /// A clock tick of 0 ns: an exact clock's is 1.
+    ZeroTick,
     /// A minimum delay above the longest real latency (`max_sample_ns`):
     /// every answer would come before any hedge could go out. Lower the
     /// minimum delay or raise `max_sample_ns`.
@@ -502,6 +543,7 @@ impl fmt::Display for ConfigError {
             Self::ZeroPeriod => f.write_str("rotation period is 0; use e.g. 30 s"),
             Self::ZeroRotationSamples => f.write_str("rotation_samples is 0; leave it unset for the quantile's default"),
             Self::ZeroMaxSample => f.write_str("max_sample_ns is 0; use the longest latency that can be real, e.g. 10 min"),
+            Self::ZeroTick => f.write_str("clock_tick_ns is 0; an exact nanosecond clock's is 1, a 1 ms tick's 1000000"),
             Self::ZeroLease => f.write_str("in_flight_lease_ns is 0; use at least the longest attempt, e.g. 10 s"),
             Self::RelativeAccuracy(a) => {
                 write!(f, "relative accuracy {a} is not in [{MIN_RELATIVE_ACCURACY:e}, 1); use 0.01")

@@ -237,7 +237,7 @@
 //! CI builds such a hedger for `thumbv7em-none-eabihf` (start, timer,
 //! commit, stats; opt-level `"s"`, LTO) and checks from its disassembly
 //! that no software double-precision routine is reachable from any event:
-//! it takes 16.1 KB of flash (20.3 KB at opt-level 3; more on
+//! it takes 16.2 KB of flash (20.4 KB at opt-level 3; more on
 //! `thumbv6m-none-eabi` and `riscv32imc-unknown-none-elf`, whose 64-bit
 //! atomics take critical sections; see the README's *Embedded targets*). 64-bit atomics, emulated with a lock on 32-bit
 //! targets, are one out-of-line function an operation there.
@@ -926,7 +926,5 @@ fn estimate<M: IndexMapping, S: Store>(
     if window.exact_count() < config.min_samples || window.is_idle_at(now) {
         return None;
     }
-    window
-        .cached_quantile()
-        .map(|q| config.bound(config.scale(q)))
+    window.cached_quantile().map(|q| config.delay_for(q))
 }

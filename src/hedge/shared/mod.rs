@@ -467,9 +467,7 @@ impl<B: HedgeBudget, const T: usize, M: IndexMapping> SharedHedger<B, T, M> {
         if window.exact_count() < self.config.min_samples || window.is_idle_at(&self.params, now) {
             return None;
         }
-        window
-            .cached_quantile()
-            .map(|q| self.config.bound(self.config.scale(q)))
+        window.cached_quantile().map(|q| self.config.delay_for(q))
     }
 
     /// Records one sample in the shared windows now: `target`'s (if it has
