@@ -583,6 +583,8 @@ async fn a_buffered_timed_out_stack_hedges_inside_an_outer_timeout() -> Result<(
     let error = svc.oneshot(8).await.expect_err("every attempt timed out");
     let shown = error.to_string();
     assert!(shown.contains("hedged request failed"), "{shown}");
+    let elapsed = tower::timeout::error::Elapsed::new().to_string();
+    assert!(shown.contains(&elapsed), "{shown} names no {elapsed}");
     let hedge_error = error
         .downcast_ref::<HedgeError<tower::BoxError>>()
         .expect("the layer's error, boxed");

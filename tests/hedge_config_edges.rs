@@ -83,7 +83,8 @@ fn a_key_range_that_misses_the_delays_is_refused() {
 /// ones folded them into its lowest bucket: a delay of 3.4 times the p90.
 /// Now the default configuration is refused, and one whose samples fit
 /// (at most 100 ms, delays of 10 ms or more) keeps the delay at the p90
-/// however many answers come beyond it.
+/// with answers at that longest latency in the window (and longer ones
+/// refused).
 #[test]
 fn a_small_store_refuses_what_it_cannot_span_and_keeps_what_it_can() {
     type Small = Hedger<(), Budget, 1, tailguard::CollapsingLowestStore<128>, LogLinearMapping>;
@@ -102,10 +103,10 @@ fn a_small_store_refuses_what_it_cannot_span_and_keeps_what_it_can() {
     let mut kept = Vec::new();
     let mut t = 0;
     for i in 0..5_000u64 {
-        let latency = if i % 50 == 49 {
-            2 * SEC
-        } else {
-            30 * MS + (i * 7 % 17) * MS
+        let latency = match i % 50 {
+            49 => 2 * SEC,  // refused: above max_sample_ns
+            24 => 100 * MS, // recorded: the store spans down from it
+            _ => 30 * MS + (i * 7 % 17) * MS,
         };
         let mut r = h.start((), t, IDEMPOTENT);
         h.on_commit(&mut r, Attempt::PRIMARY, t + latency);
@@ -269,6 +270,13 @@ fn validate_and_construction_agree_on_the_accuracy() {
             Ok(()) | Err(ConfigError::KeyRange { .. }) => assert!(valid, "{name} at {a}"),
             Err(e) => assert!(!valid, "{name} at {a}: {e:?}"),
         };
+        if a == 0.01 {
+            // The default must build, not merely be refused for its range.
+            assert!(cubic.is_ok() && shared.is_ok(), "α = 1 %");
+        }
+        if a == 0.5 {
+            assert!(log_linear.is_ok(), "log-linear at 50 %");
+        }
         agrees(cubic.map(drop), "cubic");
         agrees(log_linear.map(drop), "log-linear");
         agrees(shared.map(drop), "shared");

@@ -212,13 +212,21 @@ fn unsigned_empty_and_collapsed_sketches() {
     c.add_all(&values).unwrap();
     assert!(c.collapse().is_some());
     let h = ExponentialHistogram::new(&c);
-    assert!(h.downscaled() > 0);
+    assert!(h.downscaled() > 0 && h.misplaced() == 0);
     let n = encode_otlp_data_point(&h, &point, &mut buf).unwrap();
     let pb = ExponentialHistogramDataPoint::decode(&buf[..n]).unwrap();
     check_point(&pb, &c, &point);
     assert_eq!(
         counted_by_spec(&values, pb.scale),
         [dense(&pb.positive), dense(&pb.negative)]
+    );
+    // With a zero beside them the smallest positive value is unknown: the
+    // point is left at the sketch's scale, its folded samples reported.
+    c.add(0.0).unwrap();
+    let h = ExponentialHistogram::new(&c);
+    assert_eq!(
+        (h.downscaled(), h.misplaced()),
+        (0, c.collapse().unwrap().samples)
     );
 }
 
@@ -459,9 +467,9 @@ fn decoded<P: Store, N: Store>(
 
 proptest! {
     /// Any data, either sign, stores of 8 and 64 buckets collapsing on
-    /// either side: the point counts every sample in the bucket the
-    /// specification gives it at the point's scale (above −10, where
-    /// downscaling can go no further).
+    /// either side: unless it reports misplaced samples, the point counts
+    /// every sample in the bucket the specification gives it at the
+    /// point's scale; and it reports none where every sample is above 1.
     #[test]
     fn every_sample_is_counted_in_its_own_bucket(
         values in proptest::collection::vec(
@@ -480,15 +488,18 @@ proptest! {
             SignedSketch::<ExponentialMapping, CollapsingHighestStore<64>>::with_mapping(m);
         low.add_all(&values).unwrap();
         high.add_all(&values).unwrap();
-        for pb in [
-            decoded(&ExponentialHistogram::new(&low)),
-            decoded(&ExponentialHistogram::new(&high)),
+        let above_one = values.iter().all(|&v| v > 1.0);
+        for (pb, misplaced) in [
+            (decoded(&ExponentialHistogram::new(&low)), ExponentialHistogram::new(&low).misplaced()),
+            (decoded(&ExponentialHistogram::new(&high)), ExponentialHistogram::new(&high).misplaced()),
         ] {
-            if pb.scale > -10 {
+            if misplaced == 0 {
                 prop_assert_eq!(
                     counted_by_spec(&values, pb.scale),
                     [dense(&pb.positive), dense(&pb.negative)]
                 );
+            } else {
+                prop_assert!(!above_one);
             }
         }
     }

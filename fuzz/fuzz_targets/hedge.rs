@@ -85,7 +85,7 @@ struct Input {
     log_linear: bool,
     /// Retry throttling's tokens: 0 (off) to 7.
     retry_throttle: u8,
-    /// The clock's tick in µs; 0 for an exact clock.
+    /// Odd: an exact clock; even: a tick of `max(1, tick_us / 2)` µs.
     tick_us: u8,
     events: Vec<Event>,
 }
@@ -151,7 +151,13 @@ fn run<M: IndexMapping + FromRelativeAccuracy>(input: Input) {
         .rotation_period_ns(SEC)
         .in_flight_lease_ns(lease)
         .retry_throttle(u16::from(input.retry_throttle % 8))
-        .clock_tick_ns(u64::from(input.tick_us).max(1) * if input.tick_us == 0 { 1 } else { 1_000 });
+        // Half the inputs on an exact clock (odd `tick_us`), the others on a
+        // tick of up to 127 µs.
+        .clock_tick_ns(if input.tick_us % 2 == 1 {
+            1
+        } else {
+            u64::from(input.tick_us / 2).max(1) * 1_000
+        });
     if matches!(config.retry_throttle, 1 | 2) {
         // Refused: every retry would be throttled.
         assert_eq!(

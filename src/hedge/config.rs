@@ -93,6 +93,10 @@ pub struct HedgeConfig {
     pub max_sample_ns: u64,
     /// Relative accuracy of the latency sketches, in
     /// `[`[`MIN_RELATIVE_ACCURACY`](crate::mapping::MIN_RELATIVE_ACCURACY)`, 1)`. Default 0.01.
+    /// A finer α needs more buckets for the same range: with the default
+    /// store (1 024 buckets) and `max_sample_ns` (10 min), α below about
+    /// 0.66 % is refused at construction ([`ConfigError::KeyRange`]):
+    /// lower `max_sample_ns` with it.
     pub relative_accuracy: f64,
     /// Hedges per request: extra attempts raced against the ones in
     /// flight, each one delay after the previous, each paying the budget.
@@ -336,7 +340,8 @@ impl HedgeConfig {
         if self.max_sample_ns == 0 {
             return Err(ConfigError::ZeroMaxSample);
         }
-        if self.min_delay_ns > self.max_sample_ns {
+        // Only where hedges go out on a timer does the minimum delay count.
+        if self.max_hedges > 0 && self.min_delay_ns > self.max_sample_ns {
             return Err(ConfigError::MinDelayAboveMaxSample {
                 min_delay_ns: self.min_delay_ns,
                 max_sample_ns: self.max_sample_ns,
@@ -348,7 +353,8 @@ impl HedgeConfig {
         if self.clock_tick_ns == 0 {
             return Err(ConfigError::ZeroTick);
         }
-        // The range every mapping takes: what passes here builds a hedger.
+        // The range every mapping takes (the store's span is checked at
+        // construction: `KeyRange`).
         if !(MIN_RELATIVE_ACCURACY..1.0).contains(&self.relative_accuracy) {
             return Err(ConfigError::RelativeAccuracy(self.relative_accuracy));
         }
@@ -461,7 +467,8 @@ impl Default for HedgeConfig {
     }
 }
 
-/// A configuration [`HedgeConfig::validate`] rejects.
+/// A configuration [`HedgeConfig::validate`] rejects, or (for
+/// [`KeyRange`](Self::KeyRange)) a hedger's construction does.
 #[derive(Clone, Copy, Debug, PartialEq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 #[non_exhaustive]

@@ -472,8 +472,9 @@ impl<K: PartialEq + Copy, B: HedgeBudget, const T: usize, S: Store, M: IndexMapp
     }
 
     /// Refuses a store too small for `config` ([`ConfigError::KeyRange`]),
-    /// comparing keys, in integer operations (a constant configuration
-    /// folds the check away).
+    /// comparing keys: in integer operations for a [`LogLinearMapping`],
+    /// folded away for a constant configuration (the float floor is
+    /// computed for the error only).
     fn check_key_range(config: &HedgeConfig, mapping: &M) -> Result<(), ConfigError> {
         let Some(top) = mapping.index_u64(config.max_sample_ns) else {
             return Ok(());

@@ -35,12 +35,17 @@ use core::fmt;
 ///   lowest-collapsed positive store, `max` for a highest-collapsed one;
 ///   by magnitude for the negative store, and the smallest normal float
 ///   where `min` or `max` is on the other side of zero). Every count is
-///   then in a bucket that contains its value, at a coarser scale (no
-///   lower than −10, OpenTelemetry's least).
+///   then in a bucket that contains its value, at a coarser scale. Where
+///   no scale down to −10, OpenTelemetry's least, can do that (folded
+///   values on both sides of 1, which every scale keeps apart; or zeros
+///   or negative samples beside a collapsed positive store, whose
+///   smallest positive value the sketch does not know), that side is left
+///   as the sketch has it and its folded samples are counted in
+///   [`misplaced`](Self::misplaced).
 ///
 /// Prometheus native histograms use the same buckets with schema = scale
 /// (schemas −4 to 8); its OTLP receiver takes these data points as they are
-/// (and reduces finer scales to 8).
+/// (and reduces finer scales to 8), but not a point downscaled below −4.
 ///
 /// ```
 /// use tailguard::mapping::ExponentialMapping;
@@ -62,6 +67,8 @@ pub struct ExponentialHistogram<'a, P, N> {
     sketch: &'a DDSketch<ExponentialMapping, P, N>,
     /// Halvings of the sketch's scale (see *collapsed store*).
     shift: u32,
+    /// Folded samples no downscaling could place.
+    misplaced: u64,
 }
 
 // By hand: derives would ask `P` and `N` for what a reference does not need.
@@ -96,27 +103,29 @@ impl<'a, P: Store, N: Store> ExponentialHistogram<'a, P, N> {
         let smallest = mapping.min_indexable_value();
         let positive_low = if min > 0.0 { min } else { smallest };
         let negative_low = if max < 0.0 { -max } else { smallest };
-        let positive = shift_for(
-            mapping,
-            sketch.positive_store().collapse(),
-            positive_low,
-            max,
-        );
-        let negative = shift_for(
-            mapping,
-            sketch.negative_store().collapse(),
-            negative_low,
-            -min,
-        );
         let most = u32::try_from(
             mapping
                 .scale()
                 .saturating_sub(ExponentialMapping::MIN_SCALE),
         )
         .unwrap_or(0);
+        let (positive, negative) = (
+            sketch.positive_store().collapse(),
+            sketch.negative_store().collapse(),
+        );
+        // A side no downscaling can place is left as it is, and counted.
+        let place = |c: Option<StoreCollapse>, low: f64, high: f64| match shift_for(
+            mapping, c, low, high,
+        ) {
+            Some(k) if k <= most => (k, 0),
+            _ => (0, c.map_or(0, |c| c.samples)),
+        };
+        let (positive, misplaced_positive) = place(positive, positive_low, max);
+        let (negative, misplaced_negative) = place(negative, negative_low, -min);
         Self {
             sketch,
-            shift: positive.max(negative).min(most),
+            shift: positive.max(negative),
+            misplaced: misplaced_positive.saturating_add(misplaced_negative),
         }
     }
 
@@ -134,6 +143,17 @@ impl<'a, P: Store, N: Store> ExponentialHistogram<'a, P, N> {
     /// a store has collapsed.
     pub fn downscaled(&self) -> u32 {
         self.shift
+    }
+
+    /// Samples counted in a collapsed edge bucket that may not contain
+    /// their values, because no downscaling (down to scale −10) brings
+    /// the edge and the most extreme folded value into one bucket: every
+    /// scale puts 1 and what lies above it in different buckets, and a
+    /// sketch holding zeros or negative values does not know its smallest
+    /// positive value. 0 whenever the point is exact; check it before
+    /// exporting a collapsed sketch, or give the sketch more buckets.
+    pub fn misplaced(&self) -> u64 {
+        self.misplaced
     }
 
     /// Samples in the data point: every bucket and the zero count.
@@ -223,9 +243,9 @@ fn shift_for(
     collapse: Option<StoreCollapse>,
     low: f64,
     high: f64,
-) -> u32 {
+) -> Option<u32> {
     let Some(c) = collapse else {
-        return 0;
+        return Some(0);
     };
     let (edge, extreme) = match c.side {
         Collapse::Lowest => (c.boundary.saturating_sub(1), low),
@@ -233,10 +253,8 @@ fn shift_for(
     };
     let clamped = extreme.clamp(mapping.min_indexable_value(), mapping.max_indexable_value());
     let far = mapping.index(clamped);
-    // Keys fit `i32`: 32 halvings bring any two together.
-    (0..32u32)
-        .find(|&k| edge.wrapping_shr(k) == far.wrapping_shr(k))
-        .unwrap_or(32)
+    // Keys of both signs (values on both sides of 1) never meet.
+    (0..32u32).find(|&k| edge.wrapping_shr(k) == far.wrapping_shr(k))
 }
 
 /// One side of a data point: bucket counts for the indexes `offset ..
