@@ -229,7 +229,8 @@ impl BucketCfg {
 /// window's first deposit marks it (per parity: the window number's low 32
 /// bits and `D` before it); a window's count runs from its mark to the next
 /// window's mark, or to `D` if there is none; the cap is
-/// `max(floor, share × max(n_k, n_(k−1)))`.
+/// `max(floor, share × max(n_k, n_(k−1)))`. A time at most 16 windows
+/// before the latest marked window (a late stamp) counts in that window.
 #[derive(Debug)]
 struct BankModel {
     share: u128,
@@ -238,11 +239,24 @@ struct BankModel {
     deposits: u128,
     /// (tag, D at the mark) of the even- and odd-numbered windows.
     marks: [(u32, u128); 2],
+    /// The window the latest deposit that marked (or found marked) its own
+    /// window counted in.
+    newest: u64,
 }
 
 impl BankModel {
+    /// The window `now` counts in.
+    fn window_of(&self, now: u64) -> u64 {
+        let own = now / self.window;
+        if own < self.newest && self.newest - own <= 16 {
+            self.newest
+        } else {
+            own
+        }
+    }
+
     fn locate(&self, now: u64) -> (u32, usize) {
-        let k = now / self.window;
+        let k = self.window_of(now);
         (k as u32, (k % 2) as usize)
     }
 
@@ -271,6 +285,12 @@ impl BankModel {
     /// Counts a deposit at `now`: whether it marked its window (then the
     /// earnings above the cap are given up).
     fn deposit(&mut self, now: u64) -> bool {
+        let k = self.window_of(now);
+        if k == self.newest {
+            self.deposits += 1;
+            return false;
+        }
+        self.newest = k;
         let (tag, i) = self.locate(now);
         let marks = self.marks[i].0 != tag;
         if marks {
@@ -425,7 +445,7 @@ proptest! {
         prop_assert_eq!(budget.bank_window_ns(), Some(window));
         let unit = u128::from(UNITS_PER_TOKEN);
         let (share_u, floor_u) = (u128::from(share), u128::from(floor) * unit);
-        let mut bank = BankModel { share: share_u, floor: floor_u, window, deposits: 0, marks: [(0, 0); 2] };
+        let mut bank = BankModel { share: share_u, floor: floor_u, window, deposits: 0, marks: [(0, 0); 2], newest: 0 };
         let mut now = start;
         // Earned and not consumed (by grants, or by the cap at a grant).
         let mut unspent = 0_u128;

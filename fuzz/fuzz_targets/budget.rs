@@ -141,16 +141,29 @@ impl Gcra {
 /// The ratio budget's cap: fixed, or max(floor, share × max(n_k, n_(k−1)))
 /// where a window's count runs from its mark (the window number's low 32
 /// bits and the deposit count before its first deposit) to the next
-/// window's mark, or to now.
+/// window's mark, or to now; a time at most `LATE_WINDOWS` windows before
+/// the newest window (a late stamp) counts in the newest.
 struct Bank {
     share: u128,
     floor: u128,
     window: Option<u64>,
     deposits: u128,
     marks: [(u32, u128); 2],
+    /// The window of the latest deposit that marked, or found marked, its
+    /// own window.
+    newest: u64,
 }
 
 impl Bank {
+    fn window_of(&self, now: u64, w: u64) -> u64 {
+        let own = now / w;
+        if own < self.newest && self.newest - own <= RatioBudget::LATE_WINDOWS {
+            self.newest
+        } else {
+            own
+        }
+    }
+
     fn count(from: u128, to: u128) -> u128 {
         to.saturating_sub(from)
     }
@@ -159,7 +172,7 @@ impl Bank {
         let Some(w) = self.window else {
             return self.floor;
         };
-        let k = now / w;
+        let k = self.window_of(now, w);
         let (tag, i) = (k as u32, (k % 2) as usize);
         let (mine, other) = (self.marks[i], self.marks[1 - i]);
         let here = (mine.0 == tag).then_some(mine.1);
@@ -178,9 +191,11 @@ impl Bank {
     fn deposit(&mut self, now: u64) -> bool {
         let mut marked = false;
         if let Some(w) = self.window {
-            let k = now / w;
+            let k = self.window_of(now, w);
             let (tag, i) = (k as u32, (k % 2) as usize);
-            if self.marks[i].0 != tag {
+            let late_or_marked = k == self.newest;
+            self.newest = k;
+            if !late_or_marked && self.marks[i].0 != tag {
                 self.marks[i] = (tag, self.deposits);
                 marked = true;
             }
@@ -229,6 +244,7 @@ fuzz_target!(|input: Input| {
         window: r.bank_window_ns(),
         deposits: 0,
         marks: [(0, 0); 2],
+        newest: 0,
     });
     if let Some(r) = &ratio {
         let w = input.bank_window.map(|w| {
@@ -303,7 +319,7 @@ fuzz_target!(|input: Input| {
                 }
                 ratio = ratio.map(|r| r.drained(now));
                 if let Some(m) = bank.as_mut() {
-                    (m.deposits, m.marks) = (0, [(0, 0); 2]);
+                    (m.deposits, m.marks, m.newest) = (0, [(0, 0); 2], 0);
                 }
                 if let Some(m) = reserve_model.as_mut() {
                     m.drain(now);

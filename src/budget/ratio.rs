@@ -84,7 +84,7 @@ const NORMALIZE_SHIFT: u32 = 16;
 ///   and `n` never counts more than the deposits made since the mark it
 ///   starts from.
 /// - Over any stretch of calls whose timestamps do not go back (or go back
-///   at most into the window before the newest), the balance pays for at
+///   at most 16 windows before the newest: late stamps), the balance pays for at
 ///   most `share_bps × (deposits in the stretch) / 10 000` hedges plus the
 ///   bank at its start: a count only grows by one per deposit, so time
 ///   alone never raises the cap. A clock that goes back further can return
@@ -107,14 +107,23 @@ const NORMALIZE_SHIFT: u32 = 16;
 ///
 /// # Time
 ///
-/// A deposit in a window whose mark is for another window (later, earlier,
-/// or decades away) marks it anew. After a jump far ahead and back, or a
-/// jump back, counting restarts from the true time: the cap falls to the
-/// floor (fails closed) and follows traffic again within a window. A
-/// deposit stamped a whole window behind the others' marks the window they
-/// count into anew, which lowers the cap until the next window (fails
-/// closed too). A count that would read above 2³¹ (a mark written after a
-/// later window's, by a stale timestamp) reads as 0. Marks keep the low 32
+/// A timestamp at most [`LATE_WINDOWS`](Self::LATE_WINDOWS) (16) windows
+/// before the window of the latest mark is a *late stamp* (a request timed before it waited in
+/// a queue, a thread whose clock lags): its deposit counts in that newest
+/// window, and a cap or a token at that time is the newest window's. So
+/// late stamps neither lower the cap nor give up what on-time traffic
+/// banked.
+///
+/// Any other timestamp in a window whose mark is for another window
+/// (later, earlier, or decades away) marks it anew. After a jump far ahead
+/// and back, or a jump back of more than 16 windows, counting restarts
+/// from the true time: the cap falls to the floor (fails closed) and
+/// follows traffic again within a window. A clock stepped back for good
+/// by 16 windows or less keeps counting in the newest window until it
+/// catches up: that window's count, and so the cap, may then hold up to
+/// 17 windows of traffic (at most the share of real deposits, as always).
+/// A count that would read above 2³¹ (a mark written after a later
+/// window's, by two threads marking at once) reads as 0. Marks keep the low 32
 /// bits of the window number: windows a multiple of 2³² apart (136 years
 /// of 1 s windows) share a mark, and counts are taken modulo 2³², so a
 /// window of more than 2³¹ deposits (two billion) reads as empty.
@@ -171,6 +180,11 @@ pub struct RatioBudget {
 }
 
 impl RatioBudget {
+    /// How many bank windows before the latest marked window a timestamp
+    /// may lie and still count in it: a late stamp, not a clock gone back
+    /// (see *Time*).
+    pub const LATE_WINDOWS: u64 = 16;
+
     /// The default share: 15 %. A hedger that hedges at the 90th percentile
     /// wants a hedge for about 10 % of requests; a 10 % budget would refuse
     /// some of those at random, 15 % leaves headroom.
@@ -343,7 +357,11 @@ impl RatioBudget {
         let Some(window) = self.window_ns else {
             return self.floor;
         };
-        let k = self.window_of(now_ns, window);
+        self.cap_in(self.window_of(now_ns, window).0)
+    }
+
+    /// The traffic-scaled cap in window `k` (see *The cap*).
+    fn cap_in(&self, k: u64) -> u64 {
         // Truncation intended: a mark keeps the window number's low half.
         #[allow(clippy::cast_possible_truncation)]
         let tag = k as u32;
@@ -405,25 +423,33 @@ impl RatioBudget {
         self.reserve.as_ref()
     }
 
-    /// The latest mark's window number, if `now_ns` lies in it.
+    /// The window a deposit or a take at `now_ns` counts in, and whether
+    /// that is the latest mark's: the latest mark's when `now_ns` lies in
+    /// it (no division) or at most [`LATE_WINDOWS`](Self::LATE_WINDOWS)
+    /// before it (a late stamp, see *Time*), else `now_ns / W`.
     #[inline]
-    fn marked_window(&self, now_ns: u64, window: NonZeroU64) -> Option<u64> {
+    fn window_of(&self, now_ns: u64, window: NonZeroU64) -> (u64, bool) {
         let k = self.marked.load(Ordering::Relaxed);
         // k·W ≤ some timestamp: no overflow. Not `wrapping_sub`: the last
         // window may end past `u64::MAX`.
         let from = k.saturating_mul(window.get());
-        now_ns
-            .checked_sub(from)
-            .is_some_and(|d| d < window.get())
-            .then_some(k)
+        match now_ns.checked_sub(from) {
+            Some(into) if into < window.get() => (k, true),
+            Some(_) => (now_ns.checked_div(window.get()).unwrap_or(0), false),
+            None => self.late_window(now_ns, window, k),
+        }
     }
 
-    /// The number of `now_ns`'s window: the latest mark's if it is that one
-    /// (no division), else `now_ns / W`.
-    #[inline]
-    fn window_of(&self, now_ns: u64, window: NonZeroU64) -> u64 {
-        self.marked_window(now_ns, window)
-            .unwrap_or_else(|| now_ns.checked_div(window.get()).unwrap_or(0))
+    /// [`window_of`](Self::window_of) a time before the latest mark's
+    /// window `k`.
+    #[cold]
+    fn late_window(&self, now_ns: u64, window: NonZeroU64, k: u64) -> (u64, bool) {
+        let own = now_ns.checked_div(window.get()).unwrap_or(0);
+        if k.wrapping_sub(own) <= Self::LATE_WINDOWS {
+            (k, true)
+        } else {
+            (own, false)
+        }
     }
 
     /// Counts `n` deposits at `now_ns`: one `fetch_add`, and a mark for the
@@ -439,8 +465,8 @@ impl RatioBudget {
         }
         let mut rest = n;
         if let Some(window) = self.window_ns {
-            if self.marked_window(now_ns, window).is_none() {
-                self.deposit_first(now_ns, window);
+            if let (k, false) = self.window_of(now_ns, window) {
+                self.deposit_first(k);
                 rest = rest.wrapping_sub(1);
                 if rest == 0 {
                     return;
@@ -456,19 +482,18 @@ impl RatioBudget {
     /// The first deposit of a window: counted, then marked.
     #[cold]
     #[inline(never)]
-    fn deposit_first(&self, now_ns: u64, window: NonZeroU64) {
+    fn deposit_first(&self, k: u64) {
         let before = self.deposits.fetch_add(1, Ordering::Relaxed);
-        self.mark(now_ns, window, before);
+        self.mark(k, before);
         if crosses_normalize(before, 1) {
             self.normalize();
         }
     }
 
-    /// The first deposit of a window (or one after another window's): marks
-    /// it with `D` before the deposit, `before`, unless that is done.
+    /// The first deposit of window `k` (or one after another window's):
+    /// marks it with `D` before the deposit, `before`, unless that is done.
     #[inline]
-    fn mark(&self, now_ns: u64, window: NonZeroU64, before: u64) {
-        let k = now_ns.checked_div(window.get()).unwrap_or(0);
+    fn mark(&self, k: u64, before: u64) {
         // Truncation intended: a mark keeps the window number's low half.
         #[allow(clippy::cast_possible_truncation)]
         let tag = k as u32;
@@ -488,7 +513,7 @@ impl RatioBudget {
         }
         self.marked.store(k, Ordering::Relaxed);
         if marked {
-            self.give_up_above(self.cap_units_at(now_ns));
+            self.give_up_above(self.cap_in(k));
         }
     }
 
@@ -903,41 +928,105 @@ mod tests {
     }
 
     #[test]
-    fn marks_written_out_of_order_fail_closed() {
-        // Window 5 is marked, then a deposit stamped in window 4 (a stale
-        // clock) marks window 4 after it: the previous window's count would
-        // be negative, and reads as 0 — the cap falls to this window's.
+    fn stamps_far_back_mark_anew_and_fail_closed() {
+        // Window 25 is marked; a deposit stamped in window 8, beyond the
+        // late windows, is a clock gone back: it marks window 8 and the
+        // bank gives up what is above window 8's cap, the floor.
         let b = second_bank();
-        traffic(&b, 5 * SEC, SEC / 2, 1_000);
-        assert_eq!(b.cap_units_at(5 * SEC + 1), 1_000 * 1_500);
-        b.on_request(4 * SEC);
-        assert_eq!(b.cap_units_at(5 * SEC + 1), 1_001 * 1_500);
-        // Window 6 sees window 5's mark and count, not the stale one.
-        b.on_request(6 * SEC);
-        assert_eq!(b.cap_units_at(6 * SEC), 1_001 * 1_500);
-        // Another stale deposit marks window 4 over window 6's mark (same
-        // parity): window 6 reads unmarked, so every deposit since window
-        // 5's mark counts for window 5 — real deposits of the last two
+        traffic(&b, 25 * SEC, SEC / 2, 1_000);
+        assert_eq!(b.cap_units_at(25 * SEC + 1), 1_000 * 1_500);
+        b.on_request(8 * SEC);
+        assert_eq!(b.cap_units_at(8 * SEC), 10 * UNITS_PER_TOKEN); // the floor
+        assert_eq!(b.balance_at(25 * SEC + 1), 10 * UNITS_PER_TOKEN);
+        // Window 26 sees window 25's mark and count (the stale deposit
+        // among them), not window 8's.
+        b.on_request(26 * SEC);
+        assert_eq!(b.cap_units_at(26 * SEC), 1_001 * 1_500);
+        // Another stamp far back marks window 8 over window 26's mark (same
+        // parity): window 26 reads unmarked, so every deposit since window
+        // 25's mark counts for window 25 — real deposits of the last two
         // windows, nothing older.
-        b.on_request(4 * SEC + 1);
-        assert_eq!(b.cap_units_at(6 * SEC), 1_003 * 1_500);
+        b.on_request(8 * SEC + 1);
+        assert_eq!(b.cap_units_at(26 * SEC), 1_003 * 1_500);
     }
 
     #[test]
-    fn a_clock_stepped_back_a_window_does_not_raise_the_cap() {
+    fn a_stamp_a_window_back_counts_in_the_newest_window() {
         // 1 000 deposits in window 3, 2 000 in window 4: the cap in window
-        // 4 is 2 000 deposits' worth. Back in window 3, window 3 counts its
-        // own 1 000 (not the 3 000 since its mark): time alone never raises
-        // the cap.
+        // 4 is 2 000 deposits' worth. A time in window 3 is a late stamp:
+        // it reads window 4's cap (not the 3 000 since window 3's mark:
+        // time alone never raises the cap) and deposits into window 4.
         let b = second_bank();
         traffic(&b, 3 * SEC, SEC, 1_000);
         traffic(&b, 4 * SEC, SEC, 2_000);
         assert_eq!(b.cap_units_at(4 * SEC + 1), 2_000 * 1_500);
-        assert_eq!(b.cap_units_at(3 * SEC + 1), 1_000 * 1_500);
-        b.on_request(3 * SEC + 2); // a deposit stamped a window back
-        assert_eq!(b.cap_units_at(3 * SEC + 2), 1_000 * 1_500);
-        // Forward again: the deposit made meanwhile counts in window 4.
+        assert_eq!(b.cap_units_at(3 * SEC + 1), 2_000 * 1_500);
+        b.on_request(3 * SEC + 2);
+        assert_eq!(b.cap_units_at(3 * SEC + 2), 2_001 * 1_500);
         assert_eq!(b.cap_units_at(4 * SEC + 2), 2_001 * 1_500);
+        // The window after still counts window 4's deposits, the late one
+        // among them.
+        b.on_request(5 * SEC);
+        assert_eq!(b.cap_units_at(5 * SEC), 2_001 * 1_500);
+    }
+
+    #[test]
+    fn a_deposit_stamped_windows_late_keeps_the_bank() {
+        // A timestamp taken before a queue: the deposit lands in a window
+        // the others have left. It counts in the newest window and throws
+        // nothing away: the bank and the next window's grants stay those of
+        // on-time traffic (before, a stamp two windows late took the cap to
+        // the floor and gave up the bank above it).
+        const MS: u64 = 1_000_000;
+        for lag in [1, 50, 110, 150, 200, 210, 290, 310, 1_000, 1_600] {
+            let b = RatioBudget::default(); // 15 %, 100 ms windows
+            let t0 = 36_000_000 * MS;
+            traffic(&b, t0, 100 * MS, 1_000); // 150 tokens banked
+            let now = t0 + 99 * MS;
+            assert_eq!(b.balance_at(now), 150 * UNITS_PER_TOKEN);
+            b.on_request(now - lag * MS);
+            // The late deposit's earnings are banked too.
+            assert_eq!(b.balance_at(now), 1_001 * 1_500, "lag {lag} ms");
+            assert_eq!(b.balance_at(now - lag * MS), 1_001 * 1_500);
+            traffic(&b, t0 + 100 * MS, MS, 10);
+            assert_eq!(spend(&b, t0 + 101 * MS), 150, "lag {lag} ms");
+        }
+    }
+
+    #[test]
+    fn a_few_late_stamps_keep_the_share() {
+        // 10 000 requests a second for 2 s, one in 100 stamped `lag` late,
+        // the bank drained every 50 ms: the grants are 15 % of the
+        // requests, as without late stamps.
+        const MS: u64 = 1_000_000;
+        for lag in [0, 150, 210, 1_000, 1_600] {
+            let b = RatioBudget::default();
+            let mut grants = 0;
+            for i in 0..20_000_u64 {
+                let now = 10 * SEC + i * 100_000;
+                let stamp = if i % 100 == 99 { now - lag * MS } else { now };
+                b.on_request(stamp);
+                if i % 500 == 499 {
+                    grants += spend(&b, now);
+                }
+            }
+            assert!(grants >= 2_990, "lag {lag} ms: {grants} grants of 3 000");
+        }
+    }
+
+    #[test]
+    fn a_stamp_beyond_the_late_windows_is_a_clock_gone_back() {
+        // 17 windows back: counting restarts there, failing closed, and
+        // follows traffic again within a window.
+        const MS: u64 = 1_000_000;
+        let b = RatioBudget::default();
+        let t0 = 3_600 * SEC;
+        traffic(&b, t0, 100 * MS, 1_000);
+        let back = t0 - (RatioBudget::LATE_WINDOWS + 1) * 100 * MS;
+        b.on_request(back);
+        assert_eq!(b.cap_units_at(back), 10 * UNITS_PER_TOKEN);
+        traffic(&b, back + MS, 200 * MS, 2_000);
+        assert_eq!(spend(&b, back + 201 * MS), 150);
     }
 
     #[test]
