@@ -1,5 +1,5 @@
 //! A deterministic discrete-event simulation of hedged requests driving the
-//! real `Hedger`, budgets and sketches (issue #5).
+//! real `Hedger`, budgets and sketches.
 //!
 //! ```text
 //! cargo run --release --example simulate -- [--scenario NAME] [--requests N]
@@ -31,11 +31,22 @@
 //! - `failures`: 20 % of attempts fail fast; failures reported retryable
 //!   (the hedger sends the next attempt at once) vs fatal (the request
 //!   ends and the caller retries it), against caller retries alone.
+//! - `overload`: a backend whose latency rises with its load, at 60 % and
+//!   70 % of its capacity; the default bank against a second's, and a
+//!   fixed cap.
 //!
-//! Published figures quoted here: the hedging idea and its headline numbers
-//! are from Dean & Barroso, "The Tail at Scale", CACM 56(2), 2013; the
-//! article table's *published* rows are the Go reference implementation's
-//! published simulation results.
+//! Sources. *The article* is Prathamesh Bhope's "Stragglers are not
+//! failures: how adaptive hedged requests cut p99 latency by 74 %" (title
+//! translated: we read it in a Chinese translation), which builds on Dean &
+//! Barroso, "The Tail at Scale", CACM 56(2), 2013, and on DDSketch (Masson,
+//! Rim & Lee, VLDB 2019). Its reference implementation is the Go library
+//! <https://github.com/bhope/hedge>; the article table's *published* rows
+//! are what that library's simulation (`go run .`: 50 000 requests, 20
+//! workers, lognormal mean 5 ms sd 2 ms, 5 % of requests ×10) printed, as
+//! the article publishes them. The *Go reference* rows are not that code:
+//! they rebuild its policy, as the article describes it, from our parts
+//! (`engine::GoReference`), and do not reproduce the published adaptive
+//! row (see `README.md`, *Simulation*).
 
 mod engine;
 mod plot;
@@ -63,9 +74,11 @@ fn default_budget() -> String {
     )
 }
 
-/// The Go reference implementation's published simulation results, for
-/// the article table (same backend model; its rows: p50, p90, p95, p99,
-/// p99.9 in ms, and extra load in %).
+/// The published simulation results of the article's Go reference
+/// implementation, <https://github.com/bhope/hedge> (`go run .`: 50 000
+/// requests, 20 workers, lognormal mean 5 ms sd 2 ms, 5 % of requests
+/// ×10), for the article table; its rows: p50, p90, p95, p99, p99.9 in ms,
+/// and extra load in %.
 const REFERENCE: [(&str, [f64; 5], f64); 4] = [
     ("no hedging", [5.1, 9.0, 18.8, 65.0, 103.8], 0.0),
     ("static 10 ms", [5.0, 9.0, 13.3, 17.5, 61.2], 7.7),
@@ -406,7 +419,7 @@ fn print_article(a: &scenarios::Article, n: u64, csv: &mut Output) {
         scenarios::WORKERS
     );
     println!(
-        "Our rows use the default {} unless named: *{} budget* is the same traffic-scaled bank at a {} share (hedging at p90 wants about 10 %: what the default's headroom buys shows in its denials and p99.9); *fixed cap* banks at most that many tokens whatever the traffic. The Go reference's budget is its own token bucket (10 % of its RPS guess per second).\n",
+        "Our rows use the default {} unless named: *{} budget* is the same traffic-scaled bank at a {} share (hedging at p90 wants about 10 %: what the default's headroom buys shows in its denials and p99.9); *fixed cap* banks at most that many tokens whatever the traffic. The Go reference's budget is its own token bucket (10 % of its RPS guess per second). *Published* rows: the simulation of the article's Go reference implementation (github.com/bhope/hedge, `go run .`); the *Go reference* rows rebuild its policy as the article describes it, from our parts, and do not reproduce its published adaptive row.\n",
         default_budget(),
         scenarios::share_label(scenarios::TIGHT_SHARE_BPS),
         scenarios::share_label(scenarios::TIGHT_SHARE_BPS),
