@@ -264,6 +264,7 @@ impl<T: HedgeBudget + ?Sized> HedgeBudget for &T {
 
 /// Counters of a budget; see [`HedgeBudget::stats`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
 #[non_exhaustive]
 pub struct BudgetStats {
     /// Hedge tokens granted (saturates at [`COUNTER_MAX`]).
@@ -287,6 +288,7 @@ pub struct BudgetStats {
 
 /// A configuration the budgets reject, returned by their constructors.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
 #[non_exhaustive]
 pub enum BudgetError {
     /// The share is 0 or above [`MAX_SHARE_BPS`].

@@ -50,6 +50,7 @@ const REQUEST_RESOURCE_METRICS: u32 = 1;
 /// values only) and its time window, in nanoseconds since the Unix epoch
 /// (0 leaves a time out).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub struct OtlpPoint<'a> {
     /// `(key, value)` attributes of the time series.
     pub attributes: &'a [(&'a str, &'a str)],
@@ -77,6 +78,7 @@ pub enum Temporality {
 /// The metric, instrumentation scope and resource an exported data point
 /// belongs to. Empty strings are left out.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub struct OtlpMetric<'a> {
     /// The metric's name, e.g. `"http.server.request.duration"`.
     pub name: &'a str,
