@@ -1,4 +1,4 @@
-//! Hedging over real sockets (issue #11): loopback HTTP servers with the
+//! Hedging over real sockets: loopback HTTP servers with the
 //! simulation's `article` latency model, a closed-loop hyper client, and
 //! the same requests sent without hedging, through tailguard's tower layer,
 //! through tailguard's `Hedger` wired by hand, and through tower's `hedge`

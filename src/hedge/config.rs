@@ -36,8 +36,8 @@ pub struct HedgeConfig {
     /// Put it below the slow requests you want raced: with exactly 10 %
     /// stragglers, the p90 falls at the edge of the slow group, where a
     /// small error of the estimate moves the delay into it, and many
-    /// stragglers wait for it (a reviewer's p99 fell from 73 ms to 46 at
-    /// p90 but to 24–35 at p80). `1 − quantile` should be
+    /// stragglers wait for it; with more than 10 %, the p90 is a
+    /// straggler's latency and they go unhedged. `1 − quantile` should be
     /// comfortably above the share of stragglers, and the budget's share
     /// above `1 − quantile`.
     pub quantile: f64,
