@@ -357,11 +357,7 @@ impl RatioBudget {
         let Some(window) = self.window_ns else {
             return self.floor;
         };
-        self.cap_in(self.window_of(now_ns, window).0)
-    }
-
-    /// The traffic-scaled cap in window `k` (see *The cap*).
-    fn cap_in(&self, k: u64) -> u64 {
+        let (k, _) = self.window_of(now_ns, window);
         // Truncation intended: a mark keeps the window number's low half.
         #[allow(clippy::cast_possible_truncation)]
         let tag = k as u32;
@@ -423,6 +419,24 @@ impl RatioBudget {
         self.reserve.as_ref()
     }
 
+    /// The latest mark's window number, if `now_ns` lies in it.
+    #[inline]
+    fn marked_window(&self, now_ns: u64, window: NonZeroU64) -> Option<u64> {
+        let k = self.marked.load(Ordering::Relaxed);
+        Self::holds(k, now_ns, window).then_some(k)
+    }
+
+    /// Whether window `k` holds `now_ns`.
+    #[inline]
+    fn holds(k: u64, now_ns: u64, window: NonZeroU64) -> bool {
+        // k·W ≤ some timestamp: no overflow. Not `wrapping_sub`: the last
+        // window may end past `u64::MAX`.
+        let from = k.saturating_mul(window.get());
+        now_ns
+            .checked_sub(from)
+            .is_some_and(|into| into < window.get())
+    }
+
     /// The window a deposit or a take at `now_ns` counts in, and whether
     /// that is the latest mark's: the latest mark's when `now_ns` lies in
     /// it (no division) or at most [`LATE_WINDOWS`](Self::LATE_WINDOWS)
@@ -430,22 +444,11 @@ impl RatioBudget {
     #[inline]
     fn window_of(&self, now_ns: u64, window: NonZeroU64) -> (u64, bool) {
         let k = self.marked.load(Ordering::Relaxed);
-        // k·W ≤ some timestamp: no overflow. Not `wrapping_sub`: the last
-        // window may end past `u64::MAX`.
-        let from = k.saturating_mul(window.get());
-        match now_ns.checked_sub(from) {
-            Some(into) if into < window.get() => (k, true),
-            Some(_) => (now_ns.checked_div(window.get()).unwrap_or(0), false),
-            None => self.late_window(now_ns, window, k),
+        if Self::holds(k, now_ns, window) {
+            return (k, true);
         }
-    }
-
-    /// [`window_of`](Self::window_of) a time before the latest mark's
-    /// window `k`.
-    #[cold]
-    fn late_window(&self, now_ns: u64, window: NonZeroU64, k: u64) -> (u64, bool) {
         let own = now_ns.checked_div(window.get()).unwrap_or(0);
-        if k.wrapping_sub(own) <= Self::LATE_WINDOWS {
+        if is_late(own, k) {
             (k, true)
         } else {
             (own, false)
@@ -465,8 +468,8 @@ impl RatioBudget {
         }
         let mut rest = n;
         if let Some(window) = self.window_ns {
-            if let (k, false) = self.window_of(now_ns, window) {
-                self.deposit_first(k);
+            if self.marked_window(now_ns, window).is_none() {
+                self.deposit_first(now_ns, window);
                 rest = rest.wrapping_sub(1);
                 if rest == 0 {
                     return;
@@ -479,21 +482,26 @@ impl RatioBudget {
         }
     }
 
-    /// The first deposit of a window: counted, then marked.
+    /// A deposit outside the latest mark's window: counted, then its
+    /// window marked (unless a late stamp: it counts in the latest).
     #[cold]
     #[inline(never)]
-    fn deposit_first(&self, k: u64) {
+    fn deposit_first(&self, now_ns: u64, window: NonZeroU64) {
         let before = self.deposits.fetch_add(1, Ordering::Relaxed);
-        self.mark(k, before);
+        let own = now_ns.checked_div(window.get()).unwrap_or(0);
+        if !is_late(own, self.marked.load(Ordering::Relaxed)) {
+            self.mark(now_ns, own, before);
+        }
         if crosses_normalize(before, 1) {
             self.normalize();
         }
     }
 
-    /// The first deposit of window `k` (or one after another window's):
-    /// marks it with `D` before the deposit, `before`, unless that is done.
+    /// The first deposit of window `k`, `now_ns`'s (or one after another
+    /// window's): marks it with `D` before the deposit, `before`, unless
+    /// that is done.
     #[inline]
-    fn mark(&self, k: u64, before: u64) {
+    fn mark(&self, now_ns: u64, k: u64, before: u64) {
         // Truncation intended: a mark keeps the window number's low half.
         #[allow(clippy::cast_possible_truncation)]
         let tag = k as u32;
@@ -513,7 +521,8 @@ impl RatioBudget {
         }
         self.marked.store(k, Ordering::Relaxed);
         if marked {
-            self.give_up_above(self.cap_in(k));
+            // `now_ns` is in window `k`, just marked.
+            self.give_up_above(self.cap_units_at(now_ns));
         }
     }
 
@@ -600,6 +609,16 @@ impl RatioBudget {
         } else {
             self.floor
         }
+    }
+}
+
+/// Whether window `own` is at most [`RatioBudget::LATE_WINDOWS`] before
+/// window `newest` (a late stamp's).
+#[inline]
+const fn is_late(own: u64, newest: u64) -> bool {
+    match newest.checked_sub(own) {
+        Some(behind) => behind > 0 && behind <= RatioBudget::LATE_WINDOWS,
+        None => false,
     }
 }
 
