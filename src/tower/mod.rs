@@ -82,6 +82,12 @@
 //! never hedges and has no deadline (retries only) runs without timers.
 //!
 //! # Errors
+//! A request fails with a [`HedgeError`]: an attempt's error as
+//! [`Policy::failure`] classifies it (a fatal one fails the request; a
+//! retryable one sends another attempt at once, budget and `max_retries`
+//! permitting, and fails the request only when none is left), or the
+//! hedger's deadline.
+//!
 //! [`HedgeError<E>`] is an error for every inner error `E` that is
 //! `Debug + Display`, tower's `BoxError` included, so it turns into a
 //! `BoxError` (`?`, `Into`) for the layers around it (`Timeout`,
@@ -99,12 +105,6 @@
 //! aborted task — drops every attempt and gives the request up in the
 //! hedger at once ([`crate::guard::RequestGuard`]): its hedges leave the
 //! in-flight count and its attempts are recorded as censored.
-//!
-//! # Errors
-//! [`HedgeError`]: an attempt's error as [`Policy::failure`] classifies it
-//! (a fatal one fails the request; a retryable one sends another attempt
-//! at once, budget and `max_retries` permitting, and fails the request
-//! only when none is left), or the hedger's deadline.
 //!
 //! [tower]: https://docs.rs/tower
 
