@@ -143,7 +143,8 @@ pub struct HedgeConfig {
     /// How long a hedge counts as in flight if its request is dropped
     /// without a final event: it stops counting between ¾ of this and this
     /// long after it was sent (the lease is counted in four slots of
-    /// `⌊lease / 4⌋` ns, at least 2 ns each). Default 10 s.
+    /// `⌊lease / 4⌋` ns, at least 2 ns each, so a lease below 8 ns counts
+    /// as 8 ns). Default 10 s.
     ///
     /// The slots cannot tell a dropped request from a live one: a hedge
     /// whose request is still racing after the lease stops counting too

@@ -18,6 +18,7 @@ const C: f64 = 10.0 / 7.0;
 
 /// `log2` cubically interpolated between powers of two, for [`CubicMapping`](super::CubicMapping).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub struct CubicLog;
 
 impl LogApproximation for CubicLog {

@@ -111,6 +111,7 @@ use core::f64::consts::{LN_2, LOG2_E};
 /// # Ok::<(), tailguard::SketchError>(())
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub struct ExponentialMapping {
     scale: i32,
     /// `2^s / ln 2`: keys per unit of `ln`.

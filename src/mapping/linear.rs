@@ -11,6 +11,7 @@ use core::f64::consts::LN_2;
 
 /// `log2` linearly interpolated between powers of two, for [`LinearMapping`](super::LinearMapping).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub struct LinearLog;
 
 impl LogApproximation for LinearLog {

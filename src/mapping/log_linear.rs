@@ -85,6 +85,7 @@ use crate::FromRelativeAccuracy;
 /// | 0.1 % | 9 | 0.098 % | 512 |
 /// | 10⁻⁷ | 23 | 6·10⁻⁸ | 2²³ |
 #[derive(Clone, Copy, PartialEq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub struct LogLinearMapping {
     bits: u32,
     index_offset: i32,

@@ -4,6 +4,7 @@ use super::{Interpolation, LogApproximation};
 
 /// The exact natural logarithm (through `libm`), for [`LogarithmicMapping`](super::LogarithmicMapping).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub struct NaturalLog;
 
 impl LogApproximation for NaturalLog {

@@ -312,6 +312,7 @@ pub trait LogApproximation: Copy + fmt::Debug + PartialEq {
 /// for, and reports the one asked for; [`with_gamma`](Self::with_gamma)
 /// reports this α.
 #[derive(Clone, Copy)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub struct LogLikeMapping<L: LogApproximation> {
     scaled: L::Scaled,
     multiplier: f64,
