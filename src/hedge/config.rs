@@ -40,6 +40,14 @@ pub struct HedgeConfig {
     /// straggler's latency and they go unhedged. `1 − quantile` should be
     /// comfortably above the share of stragglers, and the budget's share
     /// above `1 − quantile`.
+    ///
+    /// The delay is within the relative accuracy of the quantile's
+    /// *value*, not of its rank: where latencies spread over only a few
+    /// times that accuracy (10 ms + up to 1 ms of jitter at α = 1 %), the
+    /// p90, p95 and p99 can share a bucket, and so a delay: the hedge rate
+    /// is then the share of requests above it, the same for all three and
+    /// far from `1 − quantile`. Requests that close together gain little
+    /// from a hedge anyway.
     pub quantile: f64,
     /// Multiplier on that quantile, in thousandths. Default 1000 (× 1.0).
     pub delay_multiplier_permille: u32,

@@ -92,6 +92,15 @@
 //! tail's p99.9/p99) reads 1.03× the true p99.9 at the asked hedge rate
 //! (`tests/audit_client_hedger.rs`).
 //!
+//! A target whose every answer is beaten gets no answer of its own: when
+//! its requests' hedges go to faster replicas ([`Request::route`]) and
+//! always win, its window holds only censored samples and its requests
+//! keep the aggregate's delay (or the prior), hedging early, away from
+//! it, which is what routing is for. Its own delay comes once enough of
+//! its answers beat the hedges (the other replicas' tails let one win now
+//! and then); a target slower than every attempt routed away from it never
+//! gets one.
+//!
 //! Failures and endings bend the estimate where they depend on latency:
 //! * **Failures that come late.** A failure records nothing, but an
 //!   attempt that would have failed and is cancelled first (another
