@@ -41,7 +41,7 @@ use crate::clock::{Clock, MonotonicClock};
 use crate::hedge::SharedHedger;
 use crate::hedge::{
     Attempt, AttemptSet, CommitOutcome, Failure, FailureOutcome, Idempotency, Plan, Request,
-    TimerAction,
+    RouteError, TimerAction,
 };
 use crate::mapping::{CubicMapping, IndexMapping};
 use crate::FromRelativeAccuracy;
@@ -180,8 +180,11 @@ impl<
     }
 
     /// Says that `attempt` went to `target` ([`Request::route`]).
-    pub fn route(&mut self, attempt: Attempt, target: usize) {
-        self.request.route(attempt, target);
+    ///
+    /// # Errors
+    /// As [`Request::route`]: the primary, or an attempt no request sends.
+    pub fn route(&mut self, attempt: Attempt, target: usize) -> Result<(), RouteError> {
+        self.request.route(attempt, target)
     }
 
     /// The timer fired ([`SharedHedger::on_timer`]).

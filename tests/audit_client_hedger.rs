@@ -116,7 +116,7 @@ struct Tally {
     dropped_hedges: Vec<u64>,
 }
 
-struct Sim<'a, K: PartialEq + Copy, B: HedgeBudget, const T: usize> {
+struct Sim<'a, K: Eq + Copy, B: HedgeBudget, const T: usize> {
     h: &'a mut Hedger<K, B, T>,
     heap: BinaryHeap<Reverse<(u64, u64, usize, Kind)>>,
     live: Vec<Option<Live<K>>>,
@@ -128,7 +128,7 @@ struct Sim<'a, K: PartialEq + Copy, B: HedgeBudget, const T: usize> {
     backend: Box<dyn FnMut(K, Attempt, u64) -> Reply + 'a>,
 }
 
-impl<'a, K: PartialEq + Copy + std::fmt::Debug, B: HedgeBudget, const T: usize> Sim<'a, K, B, T> {
+impl<'a, K: Eq + Copy + std::fmt::Debug, B: HedgeBudget, const T: usize> Sim<'a, K, B, T> {
     fn new(h: &'a mut Hedger<K, B, T>, backend: impl FnMut(K, Attempt, u64) -> Reply + 'a) -> Self {
         Self {
             h,
@@ -248,7 +248,7 @@ impl<'a, K: PartialEq + Copy + std::fmt::Debug, B: HedgeBudget, const T: usize> 
                         let primary = live.req.target();
                         let target = (self.route)(primary, a);
                         let live = self.live[id].as_mut().unwrap();
-                        live.req.route(a, target);
+                        assert_eq!(live.req.route(a, target), Ok(()));
                         self.send(id, a, target, at);
                         self.arm(id);
                     }
@@ -280,7 +280,7 @@ impl<'a, K: PartialEq + Copy + std::fmt::Debug, B: HedgeBudget, const T: usize> 
                         let primary = live.req.target();
                         let target = (self.route)(primary, next);
                         let live = self.live[id].as_mut().unwrap();
-                        live.req.route(next, target);
+                        assert_eq!(live.req.route(next, target), Ok(()));
                         self.send(id, next, target, at);
                         self.arm(id);
                     }
@@ -314,7 +314,7 @@ impl<'a, K: PartialEq + Copy + std::fmt::Debug, B: HedgeBudget, const T: usize> 
     }
 }
 
-fn unlimited<K: PartialEq + Copy, const T: usize>(config: HedgeConfig) -> Hedger<K, Budget, T> {
+fn unlimited<K: Eq + Copy, const T: usize>(config: HedgeConfig) -> Hedger<K, Budget, T> {
     Hedger::with_budget(config, Budget::Unlimited).unwrap()
 }
 

@@ -3,7 +3,7 @@
 use tailguard::budget::{Budget, RatioBudget};
 use tailguard::hedge::{
     Attempt, AttemptSet, CommitOutcome, ConfigError, DelaySource, Failure, FailureOutcome,
-    HedgeConfig, Hedger, Idempotency, NoHedge, Plan, Request, TimerAction,
+    HedgeConfig, Hedger, Idempotency, NoHedge, Plan, Request, RouteError, TimerAction,
 };
 
 const MS: u64 = 1_000_000;
@@ -666,7 +666,7 @@ fn routed_hedges_are_recorded_under_their_replica() {
     let TimerAction::SendHedge(hedge) = h.on_timer(&mut r, MS) else {
         panic!("no hedge")
     };
-    r.route(hedge, 2);
+    assert_eq!(r.route(hedge, 2), Ok(()));
     assert_eq!(r.target_of(hedge), Some(2));
     assert!(matches!(
         h.on_commit(&mut r, hedge, 3 * MS),
@@ -678,6 +678,26 @@ fn routed_hedges_are_recorded_under_their_replica() {
     assert_eq!((one.count(), one.censored_count()), (1, 1));
     assert_eq!((two.count(), two.censored_count()), (1, 0));
     assert_eq!(h.aggregate_window().count(), 2);
+}
+
+#[test]
+fn the_primary_stays_with_the_target_it_started_for() {
+    // Routing the primary would move the request's identity but not what
+    // its start did (the delay, the deposit, the slot's use): its answers
+    // would land in another target's window, its hedges draw on a budget
+    // it never paid into. Refused; so are attempts no request sends.
+    let mut h: Hedger<u32, Budget, 4> =
+        Hedger::with_budget(HedgeConfig::DEFAULT.prior_delay_ns(MS), Budget::Unlimited).unwrap();
+    let mut r = h.start(1, 0, IDEMPOTENT);
+    assert_eq!(r.route(Attempt::PRIMARY, 2), Err(RouteError::Primary));
+    assert_eq!(r.route(Attempt(8), 2), Err(RouteError::NoSuchAttempt));
+    assert_eq!((r.target(), r.target_of(Attempt::PRIMARY)), (1, Some(1)));
+    assert!(matches!(
+        h.on_commit(&mut r, Attempt::PRIMARY, 2 * MS),
+        CommitOutcome::Won { .. }
+    ));
+    assert_eq!(h.window(&1).map(|w| w.count()), Some(1));
+    assert!(h.window(&2).is_none());
 }
 
 #[test]

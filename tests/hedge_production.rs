@@ -838,7 +838,7 @@ fn each_attempt_is_recorded_under_its_own_target() {
     let TimerAction::SendHedge(hedge) = h.on_timer(&mut r, MS) else {
         panic!()
     };
-    r.route(hedge, 2);
+    assert_eq!(r.route(hedge, 2), Ok(()));
     assert_eq!(r.target_of(hedge), Some(2));
     let out = h.on_commit(&mut r, hedge, 3 * MS);
     assert!(matches!(out, CommitOutcome::Won { .. }));
@@ -1051,7 +1051,7 @@ fn a_replica_reached_by_routed_hedges_keeps_its_slot() {
         if key == 1 {
             if let Some(at) = req.next_timer().filter(|&at| at < primary) {
                 if let TimerAction::SendHedge(hedge) = h.on_timer(&mut req, at) {
-                    req.route(hedge, 2); // every hedge goes to replica 2
+                    assert_eq!(req.route(hedge, 2), Ok(())); // every hedge to replica 2
                     let answer = at + b.draw();
                     if answer < primary {
                         (end, winner) = (answer, hedge);

@@ -304,8 +304,8 @@ fn run_both_from<const T: usize, M: IndexMapping + FromRelativeAccuracy>(
             } => {
                 if let Some(i) = slot(s, live.len()) {
                     let (a, b) = &mut live[i];
-                    a.route(Attempt(attempt), target);
-                    b.route(Attempt(attempt), target);
+                    let routed = a.route(Attempt(attempt), target);
+                    assert_eq!(routed, b.route(Attempt(attempt), target));
                 }
             }
             Event::Drop { slot: s } => {
@@ -856,7 +856,7 @@ fn targets_out_of_range_use_the_aggregate() {
         let TimerAction::SendHedge(hedge) = routed.on_timer(&mut r, at) else {
             panic!("a prior delay hedges");
         };
-        r.route(hedge, 1);
+        assert_eq!(r.route(hedge, 1), Ok(()));
         routed.on_commit(&mut r, hedge, at + 2 * MS);
     }
     let now = SEC + 100 * MS;

@@ -636,7 +636,7 @@ pub trait Client {
 /// The hedger's key for one of the engine's target numbers: `()` for a
 /// single-target hedger (every target is the same key), `u32` for a keyed
 /// one.
-pub trait TargetKey: PartialEq + Copy {
+pub trait TargetKey: Eq + Copy {
     /// The key of target `id`.
     fn from_id(id: u32) -> Self;
 }
@@ -711,7 +711,9 @@ impl<K: TargetKey, B: HedgeBudget, const T: usize> Client for Ours<K, B, T> {
 
     fn route(&mut self, req: &mut OursReq<K>, attempt: u8, target: u32) {
         // The hedge's latency is recorded under the replica that served it.
-        req.request.route(Attempt(attempt), K::from_id(target));
+        // Only hedges are routed (the primary goes where it started).
+        let routed = req.request.route(Attempt(attempt), K::from_id(target));
+        debug_assert!(routed.is_ok(), "attempt {attempt} not routed");
     }
 
     fn next_timer(&self, req: &OursReq<K>) -> Option<u64> {

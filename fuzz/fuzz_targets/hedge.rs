@@ -17,7 +17,7 @@ use libfuzzer_sys::fuzz_target;
 use tailguard::budget::{Budget, RatioBudget};
 use tailguard::hedge::{
     Attempt, CommitOutcome, ConfigError, DelaySource, Failure, FailureOutcome, HedgeConfig,
-    HedgeStats, Hedger, Idempotency, Plan, Request, TimerAction,
+    HedgeStats, Hedger, Idempotency, Plan, Request, RouteError, TimerAction,
 };
 use tailguard::store::CollapsingLowestStore;
 use tailguard::{CubicMapping, FromRelativeAccuracy, IndexMapping, LogLinearMapping};
@@ -419,8 +419,15 @@ fn run<M: IndexMapping + FromRelativeAccuracy>(input: Input) {
             Event::Route { slot, target } => {
                 if let Some(l) = live.get_mut(usize::from(slot) % 6) {
                     let last = Attempt(l.request.attempts_sent() - 1);
-                    l.request.route(last, target % 3);
-                    assert_eq!(l.request.target_of(last), Some(target % 3));
+                    let before = l.request.target_of(last);
+                    let routed = l.request.route(last, target % 3);
+                    if last.is_primary() {
+                        assert_eq!(routed, Err(RouteError::Primary));
+                        assert_eq!(l.request.target_of(last), before);
+                    } else {
+                        assert_eq!(routed, Ok(()));
+                        assert_eq!(l.request.target_of(last), Some(target % 3));
+                    }
                 }
             }
             Event::EvictIdle { idle } => {

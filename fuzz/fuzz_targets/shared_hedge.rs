@@ -160,8 +160,8 @@ fuzz_target!(|input: Input| {
                     let (a, b) = &mut live[i];
                     let x = Attempt(attempt % 9);
                     let t = usize::from(target % 2);
-                    a.route(x, t);
-                    b.route(x, t);
+                    let routed = a.route(x, t);
+                    assert_eq!(routed, b.route(x, t));
                 }
             }
             Event::Tick(d) => now_us = now_us.saturating_add(u64::from(d)),

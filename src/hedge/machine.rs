@@ -100,7 +100,7 @@ enum Extra {
 /// A fresh request to `target` at `now`, given the delay the hedger found
 /// for it (its window's, the aggregate's, the prior, or none).
 #[inline]
-pub(crate) fn start<K: Copy + PartialEq, C: Core<K>>(
+pub(crate) fn start<K: Copy + Eq, C: Core<K>>(
     core: &mut C,
     target: K,
     now: u64,
@@ -149,7 +149,7 @@ pub(crate) fn plan(config: &HedgeConfig, delay: Option<(u64, DelaySource)>) -> P
 }
 
 /// The caller's timer for `request` fired at `now`.
-pub(crate) fn on_timer<K: Copy + PartialEq, C: Core<K>>(
+pub(crate) fn on_timer<K: Copy + Eq, C: Core<K>>(
     core: &mut C,
     request: &mut Request<K>,
     now: u64,
@@ -214,7 +214,7 @@ fn give_back_freed<K>(request: &mut Request<K>) {
 /// against those in flight: hedges left, in-flight cap and budget
 /// permitting) or as a retry (nothing left in flight: retries left
 /// permitting), and schedules the next hedge one delay later.
-fn send_next<K: Copy + PartialEq, C: Core<K>>(
+fn send_next<K: Copy + Eq, C: Core<K>>(
     core: &mut C,
     request: &mut Request<K>,
     now: u64,
@@ -302,7 +302,7 @@ pub(crate) fn is_sole_primary<K>(request: &Request<K>, attempt: Attempt, id: u32
 /// choice).
 #[cfg_attr(target_pointer_width = "64", inline(always))]
 #[cfg_attr(not(target_pointer_width = "64"), inline)]
-pub(crate) fn commit_sole_primary<K: Copy + PartialEq, C: Core<K>>(
+pub(crate) fn commit_sole_primary<K: Copy + Eq, C: Core<K>>(
     core: &mut C,
     request: &mut Request<K>,
     now: u64,
@@ -334,7 +334,7 @@ pub(crate) fn commit_sole_primary<K: Copy + PartialEq, C: Core<K>>(
 }
 
 /// `attempt` of `request` gave its commit signal at `now`.
-pub(crate) fn on_commit<K: Copy + PartialEq, C: Core<K>>(
+pub(crate) fn on_commit<K: Copy + Eq, C: Core<K>>(
     core: &mut C,
     request: &mut Request<K>,
     attempt: Attempt,
@@ -374,7 +374,7 @@ pub(crate) fn on_commit<K: Copy + PartialEq, C: Core<K>>(
 /// winner's as an exact sample, the others' as censored ones, each under
 /// the target the attempt went to and in the aggregate.
 #[inline]
-fn record<K: Copy + PartialEq, C: Core<K>>(
+fn record<K: Copy + Eq, C: Core<K>>(
     core: &mut C,
     request: &Request<K>,
     attempts: AttemptSet,
@@ -389,7 +389,7 @@ fn record<K: Copy + PartialEq, C: Core<K>>(
 /// Records the elapsed time of attempt `a` at `now`: exact (the winner's)
 /// or censored.
 #[inline(always)]
-fn record_one<K: Copy + PartialEq, C: Core<K>>(
+fn record_one<K: Copy + Eq, C: Core<K>>(
     core: &mut C,
     request: &Request<K>,
     a: Attempt,
@@ -421,7 +421,7 @@ fn record_one<K: Copy + PartialEq, C: Core<K>>(
 
 /// Forgets the hedges among `attempts` in the in-flight count.
 #[inline]
-fn release<K: Copy + PartialEq, C: Core<K>>(
+fn release<K: Copy + Eq, C: Core<K>>(
     core: &mut C,
     request: &mut Request<K>,
     attempts: AttemptSet,
@@ -438,7 +438,7 @@ fn release<K: Copy + PartialEq, C: Core<K>>(
 
 /// Ends `request` at `now`: the attempts in flight are recorded as
 /// censored and returned, to cancel.
-fn give_up<K: Copy + PartialEq, C: Core<K>>(
+fn give_up<K: Copy + Eq, C: Core<K>>(
     core: &mut C,
     request: &mut Request<K>,
     now: u64,
@@ -453,7 +453,7 @@ fn give_up<K: Copy + PartialEq, C: Core<K>>(
 }
 
 /// `attempt` of `request` failed (an error, not slowness) at `now`.
-pub(crate) fn on_failure<K: Copy + PartialEq, C: Core<K>>(
+pub(crate) fn on_failure<K: Copy + Eq, C: Core<K>>(
     core: &mut C,
     request: &mut Request<K>,
     attempt: Attempt,
@@ -565,7 +565,7 @@ fn retries_throttled(config: &HedgeConfig, balance: u32) -> bool {
 }
 
 /// The caller gives `request` up at `now`.
-pub(crate) fn abandon<K: Copy + PartialEq, C: Core<K>>(
+pub(crate) fn abandon<K: Copy + Eq, C: Core<K>>(
     core: &mut C,
     request: &mut Request<K>,
     now: u64,

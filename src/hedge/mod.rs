@@ -302,7 +302,7 @@ mod table;
 pub use config::{ConfigError, HedgeConfig, MAX_HEDGES};
 pub use request::{
     Attempt, AttemptSet, CommitOutcome, DelaySource, Failure, FailureOutcome, Idempotency, NoHedge,
-    Plan, Request, TimerAction,
+    Plan, Request, RouteError, TimerAction,
 };
 pub use shared::SharedHedger;
 pub use stats::HedgeStats;
@@ -329,7 +329,16 @@ enum BudgetScope<B> {
 /// The hedge state machine for up to `T` targets keyed by `K`; see the
 /// module docs.
 ///
-/// * `K`: the caller's target id (host, endpoint index, `()` for one).
+/// * `K`: the caller's target id (host, endpoint index, `()` for one):
+///   `Copy` and `Eq`, so that a key always finds its own slot (an `f64`
+///   key would not: a NaN, unequal to itself, would take a new slot at
+///   every use and evict others).
+///
+///   ```compile_fail
+///   use tailguard::budget::Budget;
+///   use tailguard::hedge::{HedgeConfig, Hedger};
+///   let h = Hedger::<f64, Budget, 4>::with_budget(HedgeConfig::DEFAULT, Budget::default());
+///   ```
 /// * `B`: the budget, [`Budget`] (a 15 % traffic ratio) by default.
 /// * `T`: how many targets keep their own latency state (default 1).
 /// * `S`: the sketch store; [`CollapsingLowestStore<1024>`] (4 KiB, 1 µs to
@@ -378,7 +387,7 @@ impl Hedger {
     }
 }
 
-impl<K: PartialEq + Copy, B: HedgeBudget, const T: usize, S: Store, M> Hedger<K, B, T, S, M>
+impl<K: Eq + Copy, B: HedgeBudget, const T: usize, S: Store, M> Hedger<K, B, T, S, M>
 where
     M: IndexMapping + FromRelativeAccuracy,
 {
@@ -413,7 +422,7 @@ where
     }
 }
 
-impl<K: PartialEq + Copy, B: HedgeBudget, const T: usize, S: Store, M: IndexMapping>
+impl<K: Eq + Copy, B: HedgeBudget, const T: usize, S: Store, M: IndexMapping>
     Hedger<K, B, T, S, M>
 {
     const HAS_TARGETS: () = assert!(T > 0, "a hedger needs room for at least one target");
@@ -771,7 +780,7 @@ impl<K: PartialEq + Copy, B: HedgeBudget, const T: usize, S: Store, M: IndexMapp
     }
 }
 
-impl<K: PartialEq + Copy, B: HedgeBudget, const T: usize, S: Store, M: IndexMapping>
+impl<K: Eq + Copy, B: HedgeBudget, const T: usize, S: Store, M: IndexMapping>
     Hedger<K, B, T, S, M>
 {
     /// Records one sample, exact or censored, in `target`'s window and the
@@ -809,7 +818,7 @@ impl<K: PartialEq + Copy, B: HedgeBudget, const T: usize, S: Store, M: IndexMapp
     }
 }
 
-impl<K: PartialEq + Copy, B: HedgeBudget, const T: usize, S: Store, M: IndexMapping> Core<K>
+impl<K: Eq + Copy, B: HedgeBudget, const T: usize, S: Store, M: IndexMapping> Core<K>
     for Hedger<K, B, T, S, M>
 {
     #[inline]

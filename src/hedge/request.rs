@@ -330,6 +330,29 @@ pub struct Request<K> {
     pub(crate) leased: AttemptSet,
 }
 
+/// Why [`Request::route`] refused an attempt.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[non_exhaustive]
+pub enum RouteError {
+    /// The primary goes to the target the request was started for.
+    Primary,
+    /// No such attempt: a request sends at most
+    /// [`MAX_HEDGES`](super::MAX_HEDGES)` + 1` attempts.
+    NoSuchAttempt,
+}
+
+impl core::fmt::Display for RouteError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(match self {
+            Self::Primary => "the primary goes to the target its request was started for",
+            Self::NoSuchAttempt => "no such attempt: a request sends at most 8 attempts",
+        })
+    }
+}
+
+impl core::error::Error for RouteError {}
+
 impl<K: Copy> Request<K> {
     pub(crate) fn new(target: K, now: u64, owner: u32) -> Self {
         Self {
@@ -370,13 +393,27 @@ impl<K: Copy> Request<K> {
     /// replica), so that its latency is recorded where it was measured and
     /// the attempt counts as a use of `target`'s slot in a
     /// [`Hedger`](super::Hedger)'s table (its use count and last use, as a
-    /// start counts for the primary's). Call it right after sending the
-    /// attempt, before any event for it. The budget is always the primary
-    /// target's.
-    pub fn route(&mut self, attempt: Attempt, target: K) {
-        if let Some(slot) = self.targets.get_mut(attempt.index()) {
-            *slot = target;
+    /// start counts for the primary's) when its sample is recorded. Call it
+    /// right after sending the attempt, before any event for it. The budget
+    /// is always the primary target's.
+    ///
+    /// # Errors
+    /// [`RouteError::Primary`] for the primary, whose target is the one the
+    /// request was started for: the start took its delay, deposited into
+    /// its budget and counted a use of its slot, and a hedge is paid from
+    /// that budget. Start the request for the target the primary goes to.
+    /// [`RouteError::NoSuchAttempt`] for an attempt no request can send
+    /// (from `Attempt(`[`MAX_HEDGES`](super::MAX_HEDGES)` + 1)` on).
+    pub fn route(&mut self, attempt: Attempt, target: K) -> Result<(), RouteError> {
+        if attempt.is_primary() {
+            return Err(RouteError::Primary);
         }
+        let slot = self
+            .targets
+            .get_mut(attempt.index())
+            .ok_or(RouteError::NoSuchAttempt)?;
+        *slot = target;
+        Ok(())
     }
 
     /// What the hedger decided at the start.

@@ -98,7 +98,7 @@ pub(crate) struct Table<K, S: Store, B, M: IndexMapping, const T: usize> {
     misses: u32,
 }
 
-impl<K: PartialEq + Copy, S: Store, B, M: IndexMapping, const T: usize> Table<K, S, B, M, T> {
+impl<K: Eq + Copy, S: Store, B, M: IndexMapping, const T: usize> Table<K, S, B, M, T> {
     pub(crate) const fn new() -> Self {
         Self {
             targets: heapless::Vec::new(),

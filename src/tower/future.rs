@@ -523,7 +523,10 @@ where
             if let (Some(mut request), Some(spare)) = (copy, self.spare.as_ref()) {
                 let target = self.policy.route(&mut request, attempt);
                 if target != self.guard.request().target() {
-                    self.guard.route(attempt, target);
+                    // An extra attempt the hedger released: never the
+                    // primary, never beyond the last, so always routed.
+                    let routed = self.guard.route(attempt, target);
+                    debug_assert!(routed.is_ok());
                 }
                 let future = match ready.take() {
                     Some(mut service) => AttemptFuture::Calling {

@@ -49,7 +49,7 @@ impl Backend {
 /// the timer, the earliest answer wins. Returns the plan and the request's
 /// latency.
 pub fn run_request<
-    K: PartialEq + Copy,
+    K: Eq + Copy,
     B: HedgeBudget,
     const T: usize,
     S: Store,
@@ -67,7 +67,7 @@ pub fn run_request<
 }
 
 /// Races `req` (started at `t`) to its commit; returns the commit time.
-pub fn race<K: PartialEq + Copy, B: HedgeBudget, const T: usize, S: Store, M: IndexMapping>(
+pub fn race<K: Eq + Copy, B: HedgeBudget, const T: usize, S: Store, M: IndexMapping>(
     hedger: &mut Hedger<K, B, T, S, M>,
     backend: &mut Backend,
     req: &mut Request<K>,
@@ -79,7 +79,7 @@ pub fn race<K: PartialEq + Copy, B: HedgeBudget, const T: usize, S: Store, M: In
 /// Races `req` (started at `t`) to its commit, each attempt taking
 /// `draw()` ns: hedges on the timer, the earliest answer wins. Returns the
 /// commit time.
-pub fn race_with<K: PartialEq + Copy, B: HedgeBudget, const T: usize, S: Store, M: IndexMapping>(
+pub fn race_with<K: Eq + Copy, B: HedgeBudget, const T: usize, S: Store, M: IndexMapping>(
     hedger: &mut Hedger<K, B, T, S, M>,
     req: &mut Request<K>,
     t: u64,
