@@ -634,6 +634,97 @@ fn a_burst_is_published_in_batches_and_a_trickle_at_once() {
     assert_eq!(plain.stats(), stats);
 }
 
+/// A thread that goes quiet with a batch in progress (it exits, or parks)
+/// leaves samples in its lane: the other threads' publications take them
+/// out, in their own time order, before they go stale. (Before, they
+/// waited for a thread taking the lane over, or for the parked one, and
+/// then, minutes later, set the delay to a burst long gone: 200 ms against
+/// the 2 ms every recent answer took, for two rotation periods.)
+#[test]
+#[cfg_attr(
+    all(miri, not(feature = "std")),
+    ignore = "lanes follow stack addresses, which Miri moves between calls"
+)]
+fn a_quiet_thread_s_batch_does_not_come_back_later() {
+    let config = HedgeConfig::DEFAULT;
+    let mut plain: Hedger<usize, Budget, 1> =
+        Hedger::with_budget(config, Budget::Unlimited).unwrap();
+    let shared: SharedHedger<Budget, 1> =
+        SharedHedger::with_budget(config, Budget::Unlimited).unwrap();
+    let one = |h: &SharedHedger<Budget, 1>, now: u64, latency: u64| {
+        let mut r = h.start(0, now, IDEMPOTENT);
+        h.on_commit(&mut r, Attempt::PRIMARY, now + latency);
+    };
+    let one_plain = |h: &mut Hedger<usize, Budget, 1>, now: u64, latency: u64| {
+        let mut r = h.start(0, now, IDEMPOTENT);
+        h.on_commit(&mut r, Attempt::PRIMARY, now + latency);
+    };
+    for i in 0..100 {
+        one(&shared, i * 10 * MS, 2 * MS);
+        one_plain(&mut plain, i * 10 * MS, 2 * MS);
+    }
+    // A burst at 1 s: threads record 50 slow answers each within 1 ms and
+    // exit, and one parks with 40 of its own until much later.
+    let threads = if cfg!(miri) { 2 } else { 7 };
+    let (wake, parked) = std::sync::mpsc::channel::<u64>();
+    let (said, heard) = std::sync::mpsc::channel::<()>();
+    std::thread::scope(|scope| {
+        let shared = &shared;
+        scope.spawn(move || {
+            for i in 0..40 {
+                one(shared, SEC + i * 10 * US, 300 * MS);
+            }
+            said.send(()).unwrap();
+            let now = parked.recv().unwrap();
+            one(shared, now, 2 * MS);
+            said.send(()).unwrap();
+        });
+        heard.recv().unwrap();
+        std::thread::scope(|burst| {
+            for k in 0..threads {
+                burst.spawn(move || {
+                    for i in 0..50 {
+                        one(shared, SEC + k * US + i * 10 * US, 200 * MS);
+                    }
+                });
+            }
+        });
+        for i in 0..40 {
+            one_plain(&mut plain, SEC + i * 10 * US, 300 * MS);
+        }
+        for k in 0..threads {
+            for i in 0..50 {
+                one_plain(&mut plain, SEC + k * US + i * 10 * US, 200 * MS);
+            }
+        }
+        // Five minutes later, 20 answers a second of 2 ms for a minute.
+        let mut now = 300 * SEC;
+        while now < 360 * SEC {
+            one(shared, now, 2 * MS);
+            one_plain(&mut plain, now, 2 * MS);
+            assert_eq!(shared.delay_ns(0, now), plain.delay_ns(&0, now), "at {now}");
+            now += 50 * MS;
+        }
+        // The parked thread wakes, and threads spawned for one request
+        // each take the burst's lanes over: nothing old comes back.
+        wake.send(now).unwrap();
+        heard.recv().unwrap();
+        one_plain(&mut plain, now, 2 * MS);
+        for k in 0..threads {
+            let at = now + (k + 1) * 50 * MS;
+            std::thread::scope(|s| {
+                s.spawn(|| one(shared, at, 2 * MS));
+            });
+            one_plain(&mut plain, at, 2 * MS);
+            assert_eq!(shared.delay_ns(0, at), plain.delay_ns(&0, at), "at {at}");
+        }
+        let end = now + (threads + 1) * 50 * MS;
+        shared.flush(end);
+        assert_eq!(shared.delay_ns(0, end), plain.delay_ns(&0, end));
+        assert_eq!(shared.delay_ns(0, end), Some(2 * MS));
+    });
+}
+
 /// Warm, quick single-thread requests: start, commit after `latency`.
 fn commit_all(h: &SharedHedger<Budget, 2>, target: usize, from: u64, n: u64, latency: u64) {
     for i in 0..n {

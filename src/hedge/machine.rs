@@ -421,11 +421,7 @@ fn record_one<K: Copy + Eq, C: Core<K>>(
 
 /// Forgets the hedges among `attempts` in the in-flight count.
 #[inline]
-fn release<K: Copy + Eq, C: Core<K>>(
-    core: &mut C,
-    request: &mut Request<K>,
-    attempts: AttemptSet,
-) {
+fn release<K: Copy + Eq, C: Core<K>>(core: &mut C, request: &mut Request<K>, attempts: AttemptSet) {
     // Usually empty (only hedges are leased): walk just the leased ones.
     let leased = request.leased.intersection(attempts);
     request.leased = request.leased.difference(leased);

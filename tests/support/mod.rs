@@ -48,13 +48,7 @@ impl Backend {
 /// Drives one request to `target` started at `t` to its end: hedges on
 /// the timer, the earliest answer wins. Returns the plan and the request's
 /// latency.
-pub fn run_request<
-    K: Eq + Copy,
-    B: HedgeBudget,
-    const T: usize,
-    S: Store,
-    M: IndexMapping,
->(
+pub fn run_request<K: Eq + Copy, B: HedgeBudget, const T: usize, S: Store, M: IndexMapping>(
     hedger: &mut Hedger<K, B, T, S, M>,
     backend: &mut Backend,
     target: K,

@@ -177,6 +177,17 @@ impl Lane {
             .saturating_sub(self.deposited.load(Ordering::Relaxed))
     }
 
+    /// Whether the lane holds samples and last published `wait` or more
+    /// before `now` (read without its lock: a hint, checked again under
+    /// it).
+    #[inline]
+    pub(crate) fn waits_since(&self, now: u64, wait: u64) -> bool {
+        self.len.load(Ordering::Relaxed) > 0
+            && now
+                .checked_sub(self.published_at.load(Ordering::Relaxed))
+                .is_some_and(|since| since >= wait)
+    }
+
     /// The lane's buffer, unless another thread holds it.
     #[inline]
     pub(crate) fn try_lock(&self) -> Option<Locked<'_>> {

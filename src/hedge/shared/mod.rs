@@ -83,9 +83,17 @@
 //!   wait for the next one or for [`flush`](SharedHedger::flush): the
 //!   delay estimate misses at most `63 × threads` samples, out of the
 //!   thousands the window holds at that rate;
+//! * a thread that goes quiet with a batch in progress (it exits, it
+//!   parks) does not keep it: the next publication of any other thread
+//!   publishes every lane that holds samples and has waited `max_wait`
+//!   (1 ms, or an eighth of the rotation period), before its own, so the
+//!   windows take them in time order, as `Hedger` would have;
 //! * deposits go with the samples, and a thread publishes its own pending
 //!   deposits before it takes a hedge token, so the budget misses at most
-//!   the other threads' last requests (fail closed).
+//!   the other threads' last requests (fail closed). A quiet lane's
+//!   deposits count at the time of the publication that takes them: after
+//!   a silence in which no thread published at all, up to 63 requests a
+//!   lane count when traffic resumes, not when they were made.
 //!
 //! [`stats`](SharedHedger::stats) counts samples when they are recorded,
 //! published or not. `with_batch(1)` publishes everything at once.
@@ -366,8 +374,9 @@ impl<B: HedgeBudget, const T: usize, M: IndexMapping> SharedHedger<B, T, M> {
     /// Publishes what every lane holds (samples to the windows, deposits
     /// to the budget, the deposits at `now`), but for lanes another thread
     /// is using at this moment: theirs go with that thread's next batch.
-    /// Not needed for correctness (see *Batches*): for a reading that
-    /// includes every sample so far, or before a thread goes quiet.
+    /// Not needed for correctness (see *Batches*: other threads publish a
+    /// quiet thread's batch): for a reading that includes every sample so
+    /// far.
     pub fn flush(&self, now: u64) {
         for lane in self.lanes.all() {
             if let Some(locked) = lane.try_lock() {
@@ -572,6 +581,26 @@ impl<B: HedgeBudget, const T: usize, M: IndexMapping> SharedHedger<B, T, M> {
         !own_refused.get()
     }
 
+    /// Publishes the other lanes that hold samples and last published
+    /// `max_wait_ns` or more before `now`: their threads went quiet with a
+    /// batch in progress (they exited, or parked), and it would wait for
+    /// them, or for a thread taking their lane over, however long that
+    /// takes, then come back as current. Run before a lane publishes its
+    /// own batch, so that the windows take the older samples first; a
+    /// lane in use at this moment is left to its thread.
+    fn publish_quiet(&self, mine: &Lane, now: u64) {
+        for lane in self.lanes.all() {
+            if core::ptr::eq(lane, mine) || !lane.waits_since(now, self.max_wait_ns) {
+                continue;
+            }
+            if let Some(locked) = lane.try_lock() {
+                if locked.len() > 0 {
+                    self.publish(&locked, now, false);
+                }
+            }
+        }
+    }
+
     /// Deposits `n` requests in the budget at `now`.
     fn deposit(&self, now: u64, mut n: u64) {
         while n > 0 {
@@ -606,7 +635,11 @@ impl<B: HedgeBudget, const T: usize, M: IndexMapping> Here<'_, B, T, M> {
                 };
                 if locked.push(sample) {
                     // Published with the batch it completes: refused or not.
-                    return !h.due(&locked, target, now) || h.publish(&locked, now, true);
+                    if !h.due(&locked, target, now) {
+                        return true;
+                    }
+                    h.publish_quiet(locked.lane(), now);
+                    return h.publish(&locked, now, true);
                 }
                 // Full (a batch is at most the lane's size: not reached).
                 h.publish(&locked, now, false);
