@@ -227,7 +227,8 @@ fuzz_target!(|input: Input| {
             assert!(*s == 0 || *s > 10_000 || *r == 0 || *b == 0)
         }
         (BucketCfg::Interval(i, b), Err(_)) => {
-            assert!(*i == 0 || *b == 0 || i.checked_mul(u64::from(*b)).is_none())
+            let window = i.checked_mul(u64::from(*b));
+            assert!(*i == 0 || *b == 0 || window.is_none_or(|w| w > u64::MAX / 2))
         }
         _ => {}
     }

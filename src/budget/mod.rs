@@ -303,7 +303,9 @@ pub enum BudgetError {
     ZeroInterval,
     /// A burst or capacity of zero tokens.
     ZeroCapacity,
-    /// `burst × interval` does not fit in 64-bit nanoseconds.
+    /// `burst × interval` is above `u64::MAX / 2` nanoseconds (292 years):
+    /// a bucket denies within one window of `u64::MAX`, so it could never
+    /// grant.
     BurstTooLong {
         /// The burst that was given, in tokens.
         burst: u32,
@@ -334,8 +336,8 @@ impl fmt::Display for BudgetError {
             ),
             Self::BurstTooLong { burst, interval_ns } => write!(
                 f,
-                "a burst of {burst} tokens at {interval_ns} ns per token does not fit \
-                 in 64-bit nanoseconds; lower the burst or raise the rate"
+                "a burst of {burst} tokens at {interval_ns} ns per token spans more than \
+                 half of 64-bit nanoseconds; lower the burst or raise the rate"
             ),
         }
     }

@@ -110,7 +110,8 @@ impl TokenBucket {
     /// [`BudgetError::ShareOutOfRange`] unless `1 ≤ share_bps ≤ 10 000`,
     /// [`BudgetError::ZeroRate`] for `estimated_rps == 0`,
     /// [`BudgetError::ZeroCapacity`] for a zero burst,
-    /// [`BudgetError::BurstTooLong`] if `burst` intervals overflow `u64`.
+    /// [`BudgetError::BurstTooLong`] if `burst` intervals exceed
+    /// `u64::MAX / 2` ns.
     pub const fn from_share(
         share_bps: u32,
         estimated_rps: u32,
@@ -138,7 +139,8 @@ impl TokenBucket {
     /// # Errors
     /// [`BudgetError::ZeroInterval`], [`BudgetError::ZeroCapacity`] for a
     /// zero burst, [`BudgetError::BurstTooLong`] if `burst × interval_ns`
-    /// overflows `u64`.
+    /// exceeds `u64::MAX / 2` ns (292 years: such a bucket could never
+    /// grant, as it denies within one window of `u64::MAX`).
     pub const fn with_interval(interval_ns: u64, burst: u32) -> Result<Self, BudgetError> {
         if interval_ns == 0 {
             return Err(BudgetError::ZeroInterval);
@@ -146,8 +148,9 @@ impl TokenBucket {
         if burst == 0 {
             return Err(BudgetError::ZeroCapacity);
         }
-        let Some(window_ns) = interval_ns.checked_mul(burst as u64) else {
-            return Err(BudgetError::BurstTooLong { burst, interval_ns });
+        let window_ns = match interval_ns.checked_mul(burst as u64) {
+            Some(w) if w <= u64::MAX / 2 => w,
+            _ => return Err(BudgetError::BurstTooLong { burst, interval_ns }),
         };
         Ok(Self {
             tat: AtomicU64::new(0),
@@ -341,6 +344,24 @@ mod tests {
             TokenBucket::from_share(1, 0, 1).err(),
             Some(BudgetError::ZeroRate)
         );
+        // A burst over half the clock's range could never be granted (the
+        // bucket denies within one window of `u64::MAX`): refused, not a
+        // bucket that is silently empty for good.
+        for interval_ns in [u64::MAX, u64::MAX / 2 + 1] {
+            assert_eq!(
+                TokenBucket::with_interval(interval_ns, 1).err(),
+                Some(BudgetError::BurstTooLong {
+                    burst: 1,
+                    interval_ns
+                })
+            );
+        }
+        // Half the range is a burst.
+        let Ok(slow) = TokenBucket::with_interval(u64::MAX / 2, 1) else {
+            unreachable!()
+        };
+        assert!(slow.try_acquire(1_000));
+        assert!(!slow.try_acquire(2_000));
         // 0.3 tokens per second: one every 3.33… s, rounded up.
         let b = TokenBucket::from_share(1_000, 3, 1).ok();
         assert_eq!(b.map(|b| b.interval_ns()), Some(3_333_333_334));
