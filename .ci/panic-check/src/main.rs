@@ -122,7 +122,7 @@ fn hedging() {
         let mut r = h.start(black_box(1), black_box(10), Idempotency::Idempotent);
         black_box((r.plan(), r.next_timer()));
         let _ = black_box(h.on_timer(&mut r, black_box(2_000)));
-        r.route(Attempt(black_box(1)), black_box(2));
+        let _ = black_box(r.route(Attempt(black_box(1)), black_box(2)));
         let _ = black_box(h.on_failure(
             &mut r,
             Attempt(black_box(1)),
@@ -191,7 +191,7 @@ fn shared_hedging() {
             let mut r = h.start(target, t, Idempotency::Idempotent);
             black_box((r.plan(), r.next_timer()));
             let _ = black_box(h.on_timer(&mut r, t.saturating_add(2_000)));
-            r.route(Attempt(black_box(1)), black_box(target));
+            let _ = black_box(r.route(Attempt(black_box(1)), black_box(target)));
             let _ = black_box(h.on_failure(&mut r, Attempt(1), t, Failure::Retryable));
             let _ = black_box(h.on_commit(&mut r, Attempt(black_box(0)), black_box(3_000)));
             let _ = black_box(h.abandon(&mut r, black_box(u64::MAX)));
