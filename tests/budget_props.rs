@@ -230,7 +230,8 @@ impl BucketCfg {
 /// bits and `D` before it); a window's count runs from its mark to the next
 /// window's mark, or to `D` if there is none; the cap is
 /// `max(floor, share × max(n_k, n_(k−1)))`. A time at most 16 windows
-/// before the latest marked window (a late stamp) counts in that window.
+/// before the latest marked window (a late stamp) counts in that window,
+/// until more than 64 late stamps are most of its deposits.
 #[derive(Debug)]
 struct BankModel {
     share: u128,
@@ -242,6 +243,8 @@ struct BankModel {
     /// The window the latest deposit that marked (or found marked) its own
     /// window counted in.
     newest: u64,
+    /// Late stamps since `newest` was set.
+    late: u128,
 }
 
 impl BankModel {
@@ -285,13 +288,27 @@ impl BankModel {
     /// Counts a deposit at `now`: whether it marked its window (then the
     /// earnings above the cap are given up).
     fn deposit(&mut self, now: u64) -> bool {
-        let k = self.window_of(now);
-        if k == self.newest {
+        let own = now / self.window;
+        if own == self.newest {
             self.deposits += 1;
             return false;
         }
-        self.newest = k;
-        let (tag, i) = self.locate(now);
+        if self.window_of(now) == self.newest {
+            // A late stamp: it counts in the newest window, unless late
+            // stamps are now most of that window's deposits (and more than
+            // 64): then its own window is taken.
+            self.late += 1;
+            let i = (self.newest % 2) as usize;
+            // From the newest window's slot, whatever window wrote it.
+            let n = self.deposits + 1 - self.marks[i].1;
+            if self.late <= 64 || 2 * self.late <= n {
+                self.deposits += 1;
+                return false;
+            }
+        }
+        self.newest = own;
+        self.late = 0;
+        let (tag, i) = ((own as u32), (own % 2) as usize);
         let marks = self.marks[i].0 != tag;
         if marks {
             self.marks[i] = (tag, self.deposits);
@@ -445,7 +462,7 @@ proptest! {
         prop_assert_eq!(budget.bank_window_ns(), Some(window));
         let unit = u128::from(UNITS_PER_TOKEN);
         let (share_u, floor_u) = (u128::from(share), u128::from(floor) * unit);
-        let mut bank = BankModel { share: share_u, floor: floor_u, window, deposits: 0, marks: [(0, 0); 2], newest: 0 };
+        let mut bank = BankModel { share: share_u, floor: floor_u, window, deposits: 0, marks: [(0, 0); 2], newest: 0, late: 0 };
         let mut now = start;
         // Earned and not consumed (by grants, or by the cap at a grant).
         let mut unspent = 0_u128;

@@ -152,6 +152,8 @@ struct Bank {
     /// The window of the latest deposit that marked, or found marked, its
     /// own window.
     newest: u64,
+    /// Late stamps since `newest` was set.
+    late: u128,
 }
 
 impl Bank {
@@ -191,13 +193,25 @@ impl Bank {
     fn deposit(&mut self, now: u64) -> bool {
         let mut marked = false;
         if let Some(w) = self.window {
-            let k = self.window_of(now, w);
-            let (tag, i) = (k as u32, (k % 2) as usize);
-            let late_or_marked = k == self.newest;
-            self.newest = k;
-            if !late_or_marked && self.marks[i].0 != tag {
-                self.marks[i] = (tag, self.deposits);
-                marked = true;
+            let own = now / w;
+            let mut counts_in_newest = own == self.newest;
+            if !counts_in_newest && self.window_of(now, w) == self.newest {
+                // A late stamp, unless more than 64 of them are now most
+                // of the newest window's deposits.
+                self.late += 1;
+                let i = (self.newest % 2) as usize;
+                // From the newest window's slot, whatever window wrote it.
+                let n = self.deposits + 1 - self.marks[i].1;
+                counts_in_newest = self.late <= 64 || 2 * self.late <= n;
+            }
+            if !counts_in_newest {
+                self.newest = own;
+                self.late = 0;
+                let (tag, i) = (own as u32, (own % 2) as usize);
+                if self.marks[i].0 != tag {
+                    self.marks[i] = (tag, self.deposits);
+                    marked = true;
+                }
             }
         }
         self.deposits += 1;
@@ -246,6 +260,7 @@ fuzz_target!(|input: Input| {
         deposits: 0,
         marks: [(0, 0); 2],
         newest: 0,
+        late: 0,
     });
     if let Some(r) = &ratio {
         let w = input.bank_window.map(|w| {
@@ -320,7 +335,7 @@ fuzz_target!(|input: Input| {
                 }
                 ratio = ratio.map(|r| r.drained(now));
                 if let Some(m) = bank.as_mut() {
-                    (m.deposits, m.marks, m.newest) = (0, [(0, 0); 2], 0);
+                    (m.deposits, m.marks, m.newest, m.late) = (0, [(0, 0); 2], 0, 0);
                 }
                 if let Some(m) = reserve_model.as_mut() {
                     m.drain(now);

@@ -59,9 +59,10 @@
 //! - a repeated or earlier timestamp is treated as "no time has passed" by
 //!   the token bucket; the ratio budget's earnings ignore time, a
 //!   timestamp up to 16 bank windows behind its newest (a request timed
-//!   before a queue) counts in the newest window, and one further away
-//!   restarts the traffic-scaled cap's per-window counts there (the cap
-//!   falls to its floor and follows traffic again within a window: see
+//!   before a queue) counts in the newest window while such stamps are a
+//!   minority, and one further away, or a majority run of them, restarts
+//!   the traffic-scaled cap's per-window counts there (the cap falls to
+//!   its floor and follows traffic again within a window: see
 //!   [`RatioBudget`]'s *Time*);
 //! - after a clock stepped back, or a timestamp far ahead followed by a
 //!   return to the true time, the token bucket refuses (it fails closed: no

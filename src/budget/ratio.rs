@@ -3,7 +3,7 @@
 use super::{
     check_share, BudgetError, BudgetStats, Counters, HedgeBudget, TokenBucket, UNITS_PER_TOKEN,
 };
-use crate::sync::{AtomicU64, Ordering};
+use crate::sync::{AtomicU32, AtomicU64, Ordering};
 use core::num::NonZeroU64;
 
 /// A window count read as more than this is a mark written out of order
@@ -83,11 +83,13 @@ const NORMALIZE_SHIFT: u32 = 16;
 ///   traffic-scaled budget, `share × n` for the larger window count `n`,
 ///   and `n` never counts more than the deposits made since the mark it
 ///   starts from.
-/// - Over any stretch of calls whose timestamps do not go back (or go back
-///   at most 16 windows before the newest: late stamps), the balance pays for at
-///   most `share_bps × (deposits in the stretch) / 10 000` hedges plus the
-///   bank at its start: a count only grows by one per deposit, so time
-///   alone never raises the cap. A clock that goes back further can return
+/// - Over any stretch of calls whose timestamps do not go back, the
+///   balance pays for at most `share_bps × (deposits in the stretch) /
+///   10 000` hedges plus the bank at its start: a count only grows by one
+///   per deposit, so time alone never raises the cap. A late stamp (see
+///   *Time*) reads the cap of the newest marked window, which a call at a
+///   later time may have read lower (after windows without a deposit);
+///   it never reads above the cap that window had. A clock that goes back further can return
 ///   to a window number that still holds a mark from before, whose count
 ///   then runs from that old mark; what that uncovers is bounded: each
 ///   window's first deposit gives up the earnings above the cap at that
@@ -108,22 +110,33 @@ const NORMALIZE_SHIFT: u32 = 16;
 /// # Time
 ///
 /// A timestamp at most [`LATE_WINDOWS`](Self::LATE_WINDOWS) (16) windows
-/// before the window of the latest mark is a *late stamp* (a request timed before it waited in
-/// a queue, a thread whose clock lags): its deposit counts in that newest
-/// window, and a cap or a token at that time is the newest window's. So
-/// late stamps neither lower the cap nor give up what on-time traffic
-/// banked.
+/// before the window of the latest mark is a *late stamp* (a request
+/// timed before it waited in a queue, a thread whose clock lags): its
+/// deposit counts in that newest window, and a cap or a token at that
+/// time is the newest window's (a token taken under a lower cap would
+/// give up the bank above it). So late stamps neither lower the cap nor
+/// give up what on-time traffic banked: with one request in 100 stamped
+/// 210 ms to 1.6 s late, the default budget grants 15 % of traffic, where
+/// re-marking the late window gave 2 %.
+///
+/// Late stamps are a minority. Once more than 64 of them make up most of
+/// the newest window's deposits, the newest window was a stamp ahead of
+/// the others (a thread whose clock leads), or the clock stepped back for
+/// good, and the late time's window is marked: one stamp up to 16 windows
+/// ahead costs at most those 64 deposits in the cap (without this rule,
+/// all traffic counted in the stamp's window until real time reached it:
+/// a bank of 750 tokens, 5 windows' earnings, for a stamp 500 ms ahead).
 ///
 /// Any other timestamp in a window whose mark is for another window
 /// (later, earlier, or decades away) marks it anew. After a jump far ahead
-/// and back, or a jump back of more than 16 windows, counting restarts
-/// from the true time: the cap falls to the floor (fails closed) and
-/// follows traffic again within a window. A clock stepped back for good
-/// by 16 windows or less keeps counting in the newest window until it
-/// catches up: that window's count, and so the cap, may then hold up to
-/// 17 windows of traffic (at most the share of real deposits, as always).
-/// A count that would read above 2³¹ (a mark written after a later
-/// window's, by two threads marking at once) reads as 0. Marks keep the low 32
+/// and back, or a jump back, counting restarts from the true time (for a
+/// jump back of 16 windows or less, after the run of late stamps above):
+/// the cap falls to the floor (fails closed) and follows traffic again
+/// within a window. A stamp ahead whose window the clock then reaches
+/// still holds its mark: that window counts from the stamp, up to two
+/// windows' traffic once. A count that would read above 2³¹ (a mark
+/// written after a later window's: two threads marking at once, or a
+/// window re-marked after one far back) reads as 0. Marks keep the low 32
 /// bits of the window number: windows a multiple of 2³² apart (136 years
 /// of 1 s windows) share a mark, and counts are taken modulo 2³², so a
 /// window of more than 2³¹ deposits (two billion) reads as empty.
@@ -172,6 +185,9 @@ pub struct RatioBudget {
     /// The number of the window of the latest mark: a deposit in it needs
     /// no mark, and a cap in it no division.
     marked: AtomicU64,
+    /// Late stamps deposited since the latest mark (see *Time*; wraps
+    /// after 2³² of them, which only delays taking a stepped clock).
+    late: AtomicU32,
     /// The marks of the latest even- and odd-numbered windows: the window
     /// number's low 32 bits above the low 32 bits of `D` before the
     /// window's first deposit.
@@ -301,6 +317,7 @@ impl RatioBudget {
             floor: (floor_tokens as u64).saturating_mul(UNITS_PER_TOKEN),
             window_ns,
             marked: AtomicU64::new(0),
+            late: AtomicU32::new(0),
             marks: [AtomicU64::new(0), AtomicU64::new(0)],
             reserve: None,
         }
@@ -320,6 +337,7 @@ impl RatioBudget {
             floor: self.floor,
             window_ns: self.window_ns,
             marked: self.marked,
+            late: self.late,
             marks: self.marks,
             reserve: Some(reserve),
         }
@@ -474,6 +492,13 @@ impl RatioBudget {
                 if rest == 0 {
                     return;
                 }
+                if self.marked_window(now_ns, window).is_none() {
+                    // A late stamp: the rest are too, until the run is taken.
+                    rest = self.deposit_late(now_ns, window, rest);
+                    if rest == 0 {
+                        return;
+                    }
+                }
             }
         }
         let before = self.deposits.fetch_add(rest, Ordering::Relaxed);
@@ -489,12 +514,83 @@ impl RatioBudget {
     fn deposit_first(&self, now_ns: u64, window: NonZeroU64) {
         let before = self.deposits.fetch_add(1, Ordering::Relaxed);
         let own = now_ns.checked_div(window.get()).unwrap_or(0);
-        if !is_late(own, self.marked.load(Ordering::Relaxed)) {
+        let newest = self.marked.load(Ordering::Relaxed);
+        if !is_late(own, newest) || self.late_run_taken(newest, before) {
             self.mark(now_ns, own, before);
         }
         if crosses_normalize(before, 1) {
             self.normalize();
         }
+    }
+
+    /// `rest` more deposits at `now_ns`, a late stamp (the one before it
+    /// was counted as one), exactly as `rest` calls of
+    /// [`deposit_first`](Self::deposit_first) would, in a few steps: the
+    /// late ones up to the one that takes the run (if any), which marks its
+    /// window. Returns the deposits left after it, which count in that
+    /// window.
+    #[cold]
+    #[inline(never)]
+    fn deposit_late(&self, now_ns: u64, window: NonZeroU64, rest: u64) -> u64 {
+        let own = now_ns.checked_div(window.get()).unwrap_or(0);
+        let newest = self.marked.load(Ordering::Relaxed);
+        if !is_late(own, newest) {
+            // Another thread marked meanwhile: plain deposits.
+            return rest;
+        }
+        let late = u64::from(self.late.load(Ordering::Relaxed));
+        let [even, odd] = &self.marks;
+        let slot = if newest & 1 == 0 { even } else { odd };
+        let mark = low_half(slot.load(Ordering::Acquire));
+        let n = u64::from(count(mark, low_half(self.deposits.load(Ordering::Relaxed))));
+        // The `i`th deposit more takes the run when `late + i > LATE_RUN`
+        // and `late + i > (n + i) / 2` (see `late_run_taken`).
+        let i = (u64::from(LATE_RUN) + 1)
+            .saturating_sub(late)
+            .max(n.saturating_add(1).saturating_sub(late.saturating_mul(2)))
+            .max(1);
+        let late_ones = i.saturating_sub(1).min(rest);
+        if late_ones > 0 {
+            let more = u32::try_from(late_ones).unwrap_or(u32::MAX);
+            self.late.fetch_add(more, Ordering::Relaxed);
+            let before = self.deposits.fetch_add(late_ones, Ordering::Relaxed);
+            if crosses_normalize(before, late_ones) {
+                self.normalize();
+            }
+        }
+        if late_ones == rest {
+            return 0;
+        }
+        let before = self.deposits.fetch_add(1, Ordering::Relaxed);
+        self.mark(now_ns, own, before);
+        if crosses_normalize(before, 1) {
+            self.normalize();
+        }
+        rest.saturating_sub(late_ones).saturating_sub(1)
+    }
+
+    /// Counts a late stamp against window `newest`, whose deposits `D`
+    /// had reached `before`: whether late stamps are now most of that
+    /// window's deposits, and more than [`LATE_RUN`] of them. Then the
+    /// newest window was a stamp ahead of the others (a clock that leads),
+    /// or the clock stepped back for good, and the late time is taken.
+    fn late_run_taken(&self, newest: u64, before: u64) -> bool {
+        let late = self.late.fetch_add(1, Ordering::Relaxed).wrapping_add(1);
+        if late <= LATE_RUN {
+            return false;
+        }
+        let [even, odd] = &self.marks;
+        let slot = if newest & 1 == 0 { even } else { odd };
+        // The newest window's deposits, this one included, from its mark
+        // (a mark written over since reads as another window's: a later
+        // one counts fewer, an earlier one more; either only moves when
+        // the late time is taken).
+        let n = count(
+            low_half(slot.load(Ordering::Acquire)),
+            low_half(before).wrapping_add(1),
+        );
+        // More than half.
+        late > n >> 1
     }
 
     /// The first deposit of window `k`, `now_ns`'s (or one after another
@@ -520,6 +616,7 @@ impl RatioBudget {
             }
         }
         self.marked.store(k, Ordering::Relaxed);
+        self.late.store(0, Ordering::Relaxed);
         if marked {
             // `now_ns` is in window `k`, just marked.
             self.give_up_above(self.cap_units_at(now_ns));
@@ -612,14 +709,16 @@ impl RatioBudget {
     }
 }
 
+/// Late stamps a window takes before a majority of them in its deposits
+/// is taken for the clock (see [`RatioBudget`]'s *Time*).
+const LATE_RUN: u32 = 64;
+
 /// Whether window `own` is at most [`RatioBudget::LATE_WINDOWS`] before
 /// window `newest` (a late stamp's).
 #[inline]
 const fn is_late(own: u64, newest: u64) -> bool {
-    match newest.checked_sub(own) {
-        Some(behind) => behind > 0 && behind <= RatioBudget::LATE_WINDOWS,
-        None => false,
-    }
+    // `newest − own` in 1..=16, as one comparison (0 and ahead wrap high).
+    newest.wrapping_sub(own).wrapping_sub(1) < RatioBudget::LATE_WINDOWS
 }
 
 /// The window tag of a mark.
@@ -1030,6 +1129,56 @@ mod tests {
                 }
             }
             assert!(grants >= 2_990, "lag {lag} ms: {grants} grants of 3 000");
+        }
+    }
+
+    #[test]
+    fn one_stamp_ahead_does_not_pin_the_newest_window() {
+        // A deposit stamped ahead (a thread whose clock leads) marks a
+        // future window; on-time traffic, late against it, must not all
+        // count in that window until real time catches up (the bank grew
+        // to 16 windows' earnings: 2 250 tokens for a stamp 1.55 s ahead).
+        const MS: u64 = 1_000_000;
+        for ahead in [150, 500, 1_550] {
+            let b = RatioBudget::default(); // 15 %, 100 ms windows
+            let t0 = 3_600 * SEC;
+            traffic(&b, t0, 100 * MS, 1_000);
+            let stamp = t0 + 100 * MS + ahead * MS;
+            b.on_request(stamp);
+            // On time until the stamp's window begins, 10 000 a second.
+            let end = stamp - stamp % (100 * MS);
+            let span = end - (t0 + 100 * MS);
+            traffic(&b, t0 + 100 * MS, span, span / 100_000);
+            // At most a window's earnings (150 tokens) and the late
+            // deposits counted before the run is taken for the clock.
+            let spent = spend(&b, end - 1);
+            assert!(spent <= 165, "{ahead} ms ahead: {spent} tokens");
+            // And the budget still follows traffic afterwards.
+            traffic(&b, end, 200 * MS, 2_000);
+            assert_eq!(spend(&b, end + 200 * MS), 150, "{ahead} ms ahead");
+        }
+    }
+
+    #[test]
+    fn a_bulk_of_late_stamps_is_single_ones() {
+        // `on_requests(now, n)` through a late run: the same cap and
+        // balance as `n` single deposits, whichever deposit takes the run.
+        const MS: u64 = 1_000_000;
+        for n in [1, 10, 64, 65, 70, 200, 2_000] {
+            let (bulk, single) = (RatioBudget::default(), RatioBudget::default());
+            for b in [&bulk, &single] {
+                traffic(b, 3_600 * SEC, 100 * MS, 50);
+                b.on_request(3_600 * SEC + 700 * MS); // a stamp ahead
+            }
+            let late = 3_600 * SEC + 150 * MS;
+            bulk.on_requests(late, n);
+            for _ in 0..n {
+                single.on_request(late);
+            }
+            for now in [late, 3_600 * SEC + 700 * MS] {
+                assert_eq!(bulk.cap_units_at(now), single.cap_units_at(now), "{n}");
+                assert_eq!(bulk.balance_at(now), single.balance_at(now), "{n}");
+            }
         }
     }
 

@@ -87,7 +87,8 @@
 //!   parks) does not keep it: the next publication of any other thread
 //!   publishes every lane that holds samples and has waited `max_wait`
 //!   (1 ms, or an eighth of the rotation period), before its own, so the
-//!   windows take them in time order, as `Hedger` would have;
+//!   windows take them before the newer samples (batch by batch; a batch
+//!   in progress may hold older ones, within two rotation periods);
 //! * deposits go with the samples, and a thread publishes its own pending
 //!   deposits before it takes a hedge token, so the budget misses at most
 //!   the other threads' last requests (fail closed). A quiet lane's
