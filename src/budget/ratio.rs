@@ -126,6 +126,10 @@ const NORMALIZE_SHIFT: u32 = 16;
 /// ahead costs at most those 64 deposits in the cap (without this rule,
 /// all traffic counted in the stamp's window until real time reached it:
 /// a bank of 750 tokens, 5 windows' earnings, for a stamp 500 ms ahead).
+/// A thread whose clock keeps leading (one request in 100 stamped 150 ms
+/// to 1 s ahead) re-marks windows again and again, and keeps the bank
+/// near its floor: it fails closed (the share is still granted to a
+/// steady demand), but burst capacity is lost.
 ///
 /// Any other timestamp in a window whose mark is for another window
 /// (later, earlier, or decades away) marks it anew. After a jump far ahead
@@ -524,7 +528,7 @@ impl RatioBudget {
     }
 
     /// `rest` more deposits at `now_ns`, a late stamp (the one before it
-    /// was counted as one), exactly as `rest` calls of
+    /// was counted as one), exactly as `rest` sequential calls of
     /// [`deposit_first`](Self::deposit_first) would, in a few steps: the
     /// late ones up to the one that takes the run (if any), which marks its
     /// window. Returns the deposits left after it, which count in that
@@ -535,7 +539,8 @@ impl RatioBudget {
         let own = now_ns.checked_div(window.get()).unwrap_or(0);
         let newest = self.marked.load(Ordering::Relaxed);
         if !is_late(own, newest) {
-            // Another thread marked meanwhile: plain deposits.
+            // Another thread marked meanwhile: plain deposits (in that
+            // window's count; single calls might have marked `own`).
             return rest;
         }
         let late = u64::from(self.late.load(Ordering::Relaxed));
@@ -717,8 +722,9 @@ const LATE_RUN: u32 = 64;
 /// window `newest` (a late stamp's).
 #[inline]
 const fn is_late(own: u64, newest: u64) -> bool {
-    // `newest − own` in 1..=16, as one comparison (0 and ahead wrap high).
-    newest.wrapping_sub(own).wrapping_sub(1) < RatioBudget::LATE_WINDOWS
+    // `newest − own` in 1..=16 (0 and ahead wrap high; `own < newest`
+    // rules out a wrap past `u64::MAX`, which only 1 ns windows reach).
+    own < newest && newest.wrapping_sub(own).wrapping_sub(1) < RatioBudget::LATE_WINDOWS
 }
 
 /// The window tag of a mark.
