@@ -9,7 +9,7 @@
 //!   token, every hedge withdraws a whole token, and the balance is capped
 //!   at what the share earned over the last 100 ms (at least 10 tokens),
 //!   so a burst of stragglers can spend what recent traffic earned, but
-//!   no more than about the share again over any 100 ms. It
+//!   no more than that bank and what the burst's own requests earn. It
 //!   needs no guess of the request rate and follows traffic as it changes.
 //!   A deposit is one `fetch_add`. [`RatioBudget::fixed_cap`] caps the bank
 //!   at a fixed number of tokens instead. An optional reserve

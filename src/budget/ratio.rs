@@ -215,9 +215,12 @@ impl RatioBudget {
     /// (the floor of the default bank).
     pub const DEFAULT_MAX_TOKENS: u32 = 10;
     /// The default bank window: 100 ms. Over any 100 ms the hedges then
-    /// stay below about twice the share of that time's requests (what it
-    /// earns, plus a bank of at most what the window before earned), so a
-    /// burst of stragglers cannot double a backend's load: where latency
+    /// stay below what that time's requests earn plus a bank of at most
+    /// one bank window's earnings from the 200 ms before (or the floor):
+    /// about twice the share at a steady rate. (When a stall also cuts the
+    /// rate of new requests, the bank is spent on the stall's few requests,
+    /// and hedges can outnumber them.) So a burst of stragglers cannot
+    /// double a backend's load: where latency
     /// rises with load, a bank of a second's earnings, spent in a few
     /// milliseconds, overloads the backend into the very slowness that
     /// spends it (the simulation's `overload` scenario, at 60 % of

@@ -88,6 +88,16 @@
 //! permitting, and fails the request only when none is left), or the
 //! hedger's deadline.
 //!
+//! Hedging can raise the error rate: the first attempt to *fail* fatally
+//! ends the request too, even while another attempt would have answered.
+//! A load shedder below the layer (tower's `LoadShed` over a
+//! `ConcurrencyLimit`, a server's 503) refuses the hedge at once, because
+//! its own primary holds the place, and with [`AllIdempotent`] (every error
+//! fatal) that refusal is the request's answer. Classify overload errors
+//! as [`Failure::Retryable`](crate::hedge::Failure::Retryable) in your
+//! [`Policy::failure`]: a retryable failure of one attempt leaves the
+//! others racing.
+//!
 //! [`HedgeError<E>`] is an error for every inner error `E` that is
 //! `Debug + Display`, tower's `BoxError` included, so it turns into a
 //! `BoxError` (`?`, `Into`) for the layers around it (`Timeout`,

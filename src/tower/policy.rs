@@ -58,7 +58,12 @@ pub trait Policy<Req, E> {
 
 /// A [`Policy`] that duplicates every request by `Clone` and sends every
 /// attempt to target 0: for services whose requests are all idempotent.
-/// Errors are fatal.
+/// Errors are fatal: the first attempt to fail ends the request, so a hedge
+/// shed by an overloaded backend (or a limit below the layer) fails a
+/// request whose primary would have answered. Where attempts can be
+/// refused for load, write a [`Policy`] whose
+/// [`failure`](Policy::failure) calls those errors
+/// [`Failure::Retryable`](crate::hedge::Failure::Retryable).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct AllIdempotent;
 
