@@ -511,7 +511,9 @@ impl<M: IndexMapping, P: Store, N: Store> DDSketch<M, P, N> {
         Ok(())
     }
 
-    /// Samples stored, saturating at `u64::MAX`.
+    /// Samples stored, saturating at `u64::MAX`. Ranks and quantiles
+    /// assume it has not saturated: 2^64 samples, which only merges or
+    /// decoded counts reach.
     pub fn count(&self) -> u64 {
         self.negative
             .total()

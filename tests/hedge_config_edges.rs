@@ -15,7 +15,7 @@ mod support;
 use support::{MS, SEC};
 use tailguard::budget::Budget;
 use tailguard::hedge::{
-    Attempt, ConfigError, HedgeConfig, Hedger, Idempotency, SharedHedger, TimerAction,
+    Attempt, ConfigError, HedgeConfig, Hedger, Idempotency, Request, SharedHedger, TimerAction,
 };
 use tailguard::LogLinearMapping;
 
@@ -227,6 +227,75 @@ fn a_lease_of_a_few_nanoseconds_caps_hedges_at_the_end_of_time() {
         assert_eq!((sent_plain, sent_shared), (1, 1), "lease {lease}");
         assert_eq!(plain.hedges_in_flight(u64::MAX), 1, "lease {lease}");
         assert_eq!(shared.hedges_in_flight(u64::MAX), 1, "lease {lease}");
+    }
+}
+
+/// A caller that follows `next_timer` must see it move: when the in-flight
+/// cap holds a hedge back within one delay of the end of time, "look again
+/// one delay later" saturated to `now`, and the timer stayed where it was
+/// for ever (the caller spun). Both hedgers, on the timer and after a
+/// retryable failure.
+#[test]
+fn a_timer_held_back_at_the_end_of_time_moves_or_ends() {
+    use tailguard::hedge::{Failure, FailureOutcome};
+    let config = HedgeConfig::DEFAULT
+        .prior_delay_ns(MS)
+        .max_hedges(2)
+        .max_hedges_in_flight(2);
+    for now in [u64::MAX - MS, u64::MAX - 10, u64::MAX - 1] {
+        let mut plain: Hedger<usize> = Hedger::with_budget(config, Budget::Unlimited).unwrap();
+        let shared: SharedHedger = SharedHedger::with_budget(config, Budget::Unlimited).unwrap();
+        // `a` and `c` hedge and hold both places.
+        let (mut a, mut c) = (
+            plain.start(0, now, IDEMPOTENT),
+            plain.start(0, now, IDEMPOTENT),
+        );
+        let (mut sa, mut sc) = (
+            shared.start(0, now, IDEMPOTENT),
+            shared.start(0, now, IDEMPOTENT),
+        );
+        let due = a.next_timer().unwrap();
+        for sent in [
+            plain.on_timer(&mut a, due),
+            plain.on_timer(&mut c, due),
+            shared.on_timer(&mut sa, due),
+            shared.on_timer(&mut sc, due),
+        ] {
+            assert!(matches!(sent, TimerAction::SendHedge(_)), "{sent:?}");
+        }
+        // `c`'s primary fails at the last nanosecond: its next hedge is held
+        // back by the cap, as is every hedge of a new request `b`.
+        for outcome in [
+            plain.on_failure(&mut c, Attempt::PRIMARY, u64::MAX, Failure::Retryable),
+            shared.on_failure(&mut sc, Attempt::PRIMARY, u64::MAX, Failure::Retryable),
+        ] {
+            assert_eq!(outcome, FailureOutcome::Continue);
+        }
+        let (mut b, mut sb) = (
+            plain.start(0, now, IDEMPOTENT),
+            shared.start(0, now, IDEMPOTENT),
+        );
+        // Their timers, followed as a caller would, strictly advance or end.
+        let mut fire = |name: &str, r: &mut Request<usize>, plain_side: bool| {
+            if let Some(t) = r.next_timer() {
+                let action = if plain_side {
+                    plain.on_timer(r, t)
+                } else {
+                    shared.on_timer(r, t)
+                };
+                let next = r.next_timer();
+                assert!(
+                    next.is_none_or(|n| n > t),
+                    "{name} at {t}: {action:?}, then {next:?}"
+                );
+            }
+        };
+        for _ in 0..4 {
+            fire("Hedger b", &mut b, true);
+            fire("Hedger c", &mut c, true);
+            fire("SharedHedger b", &mut sb, false);
+            fire("SharedHedger c", &mut sc, false);
+        }
     }
 }
 

@@ -5,7 +5,8 @@
 //!
 //! It never panics, never sends more than the configured attempts nor more
 //! hedges than the budget earned, crowns at most one winner per request, and
-//! its counters agree with what the caller saw and never decrease. It
+//! its counters agree with what the caller saw and never decrease. A
+//! skipped timer moves past the time it fired at or ends. It
 //! recovers: hedges in flight are bounded by those really outstanding, and
 //! a dropped request's hedges stop counting once the lease has passed, so
 //! with nothing live and every dropped hedge a lease old the count is 0
@@ -293,7 +294,12 @@ fn run<M: IndexMapping + FromRelativeAccuracy>(input: Input) {
                             gave_up += 1;
                         }
                         TimerAction::Wait { until } => assert!(until > now),
-                        TimerAction::Skip(_) => {}
+                        // A skipped timer moves on or ends (at the end of
+                        // time too): a caller following it cannot spin.
+                        TimerAction::Skip(reason) => {
+                            let next = l.request.next_timer();
+                            assert!(next.is_none_or(|t| t > now), "{reason:?} at {now}: {next:?}");
+                        }
                     }
                     assert!(l.request.attempts_sent() <= 8);
                     assert!(l.request.retries_sent() <= config.max_retries);

@@ -179,10 +179,12 @@ pub(crate) fn on_timer<K: Copy + Eq, C: Core<K>>(
     match send_next(core, request, now, Extra::Hedge) {
         Ok(attempt) => TimerAction::SendHedge(attempt),
         Err(NoHedge::InFlightLimit) => {
-            // Look again one delay later (at least 1 ns, so a zero delay
-            // cannot spin): a slot may have freed up.
-            let delay = request.delay_ns().unwrap_or(0).max(1);
-            request.next_hedge_at = Some(now.saturating_add(delay));
+            // Look again one delay later (a slot may have freed up), or, at
+            // the end of time, never: the timer must move.
+            match look_again_at(request, now) {
+                Some(again) => request.next_hedge_at = Some(again),
+                None => end_timer_hedging(request, NoHedge::InFlightLimit),
+            }
             TimerAction::Skip(NoHedge::InFlightLimit)
         }
         Err(reason) => {
@@ -192,8 +194,17 @@ pub(crate) fn on_timer<K: Copy + Eq, C: Core<K>>(
     }
 }
 
+/// When a hedge the in-flight cap held back at `now` is looked at again:
+/// one delay later (at least 1 ns, so a zero delay cannot spin), `None`
+/// when that is past the end of time (saturating would re-arm at `now`,
+/// and a caller following the timer would spin).
+fn look_again_at<K: Copy>(request: &Request<K>, now: u64) -> Option<u64> {
+    now.checked_add(request.delay_ns().unwrap_or(0).max(1))
+}
+
 /// No further hedge goes out on the timer, for `reason`: the places of
 /// failed hedges no hedge took were no replacement after all.
+#[inline(never)]
 fn end_timer_hedging<K>(request: &mut Request<K>, reason: NoHedge) {
     request.next_hedge_at = None;
     request.ended = reason;
@@ -537,10 +548,12 @@ pub(crate) fn on_failure<K: Copy + Eq, C: Core<K>>(
             match reason {
                 NoHedge::BudgetDenied => end_timer_hedging(request, reason),
                 NoHedge::InFlightLimit => {
-                    let delay = request.delay_ns().unwrap_or(0).max(1);
-                    let again = now.saturating_add(delay);
-                    request.next_hedge_at =
-                        Some(request.next_hedge_at.map_or(again, |t| t.min(again)));
+                    // Past the end of time: the timer already armed, if
+                    // any, ends the hedging when the cap holds it back.
+                    if let Some(again) = look_again_at(request, now) {
+                        request.next_hedge_at =
+                            Some(request.next_hedge_at.map_or(again, |t| t.min(again)));
+                    }
                 }
                 _ => {}
             }

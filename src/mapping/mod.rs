@@ -409,7 +409,8 @@ impl<L: LogApproximation> LogLikeMapping<L> {
     /// [`MappingError::InvalidGamma`] unless γ is finite and `> 1`, and far
     /// enough above 1 that the relative accuracy it implies is at least
     /// [`MIN_RELATIVE_ACCURACY`] (less 1 %, so that every mapping's own γ
-    /// is taken back);
+    /// is taken back), and near enough that the accuracy, with the margin
+    /// a fractional offset adds, stays below 1;
     /// [`MappingError::InvalidIndexOffset`] unless the offset is finite and
     /// leaves the indexable range non-empty.
     pub fn with_gamma(gamma: f64, index_offset: f64) -> Result<Self, MappingError> {
