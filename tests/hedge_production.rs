@@ -490,6 +490,41 @@ fn a_newcomer_among_one_off_keys_gets_a_slot_from_quiet_targets() {
     }
 }
 
+/// The one-off request (counted from 1) at which the first of `T` targets,
+/// each asked for `asks` times, yields its slot to keys seen once.
+fn first_eviction_among_one_offs<const T: usize>(asks: u64) -> u64 {
+    let mut h: Hedger<u64, Budget, T> =
+        Hedger::with_budget(HedgeConfig::DEFAULT, Budget::Unlimited).unwrap();
+    let mut t = SEC;
+    let mut request = |h: &mut Hedger<u64, Budget, T>, key: u64| {
+        let mut r = h.start(key, t, IDEMPOTENT);
+        h.on_commit(&mut r, Attempt::PRIMARY, t + MS);
+        t += MS;
+    };
+    for i in 0..asks * T as u64 {
+        request(&mut h, i % T as u64);
+    }
+    (1..=10_000)
+        .find(|&n| {
+            request(&mut h, 1_000_000 + n);
+            h.stats().evictions > 0
+        })
+        .unwrap_or(u64::MAX)
+}
+
+/// How long an idle target keeps its slot among keys seen once, as the
+/// `hedge` module docs say: counts halve every `16 × T` such requests, and
+/// a target yields once its count is 0 at a halving: after one period if
+/// asked for once, after five (`80 × T`) if busy (a count of 15).
+#[test]
+fn an_idle_target_yields_its_slot_after_the_documented_periods() {
+    assert_eq!(first_eviction_among_one_offs::<2>(1), 16 * 2);
+    assert_eq!(first_eviction_among_one_offs::<4>(1), 16 * 4);
+    assert_eq!(first_eviction_among_one_offs::<2>(100), 80 * 2);
+    assert_eq!(first_eviction_among_one_offs::<4>(100), 80 * 4);
+    assert_eq!(first_eviction_among_one_offs::<8>(100), 80 * 8);
+}
+
 #[test]
 fn a_hot_key_keeps_its_slot_among_cold_ones() {
     let mut h: Hedger<u32, Budget, 4> =

@@ -166,9 +166,13 @@
 //! seen once (a target with a thirtieth of the requests among a stream of
 //! one-off keys does), targets asked for equally often do not evict one
 //! another in turn (12 in turn over 3 slots: no eviction, where a recency
-//! rule evicts at every request), and a target asked for nothing over a
-//! whole `16 × T` such requests yields its slot to any target without one
-//! (a newcomer among one-off keys gets a slot however rare it is). Every sample is also
+//! rule evicts at every request), and a target asked for nothing yields
+//! its slot to any target without one (a newcomer among one-off keys gets
+//! a slot however rare it is) once halving has brought its count to 0 and
+//! a whole further `16 × T` such requests have passed: after one such
+//! period for a target asked for once, after five (`80 × T` requests) for
+//! a busy one at 15. A newcomer asked for often takes the slot sooner: at
+//! a count two above the idle target's, which halves each period. Every sample is also
 //! recorded in one aggregate window (when `T > 1`), and a target whose own
 //! window is cold, or that has no slot, gets the aggregate's delay
 //! ([`DelaySource::Aggregate`]) rather than none; with budgets per target

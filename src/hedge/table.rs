@@ -13,7 +13,7 @@ pub(crate) struct Target<K, S: Store, B, M: IndexMapping> {
     /// not the largest: one far-future timestamp cannot pin it).
     pub(crate) last_used: u64,
     /// A recent-use count: +1 a request (at most [`MAX_HITS`]), halved
-    /// every `AGE_EVERY × T` evictions (see [`Table`]).
+    /// every `AGE_EVERY × T` misses (see [`Table`]).
     hits: u8,
     /// No request for a whole aging period (its count was 0 when counts
     /// were last halved): any key without a slot may take it.
@@ -53,7 +53,8 @@ const CANDIDATES: usize = 32;
 
 /// Every `AGE_EVERY × T` misses (requests to a key without a slot, the
 /// table full) every use count is halved: counts reflect recent use, and a
-/// target that goes quiet falls to zero within four such periods.
+/// target that goes quiet falls to zero within four such periods (from
+/// 15), and is *quiet* at the halving after that.
 const AGE_EVERY: u32 = 16;
 
 /// A key without a slot, and its recent use count.
@@ -81,9 +82,11 @@ struct Candidate<K> {
 /// once never displace a target that was asked for, while a key that
 /// starts being busy gets a slot over an unused one at its second request.
 /// Every `16 × T` misses all counts, slots' and candidates', are halved;
-/// a target asked for nothing over a whole such period is *quiet* and
-/// yields its slot to any key without one, so targets that go quiet give
-/// their slots to newcomers however rare. No timestamp is involved, so no
+/// a target whose count is 0 at a halving (asked for nothing over a whole
+/// period since it reached 0) is *quiet* and yields its slot to any key
+/// without one, so targets that go quiet give their slots to newcomers
+/// however rare: one period after their last request if asked for once,
+/// five if busy (15). No timestamp is involved, so no
 /// clock anomaly can pin an entry.
 #[derive(Clone, Debug)]
 pub(crate) struct Table<K, S: Store, B, M: IndexMapping, const T: usize> {
