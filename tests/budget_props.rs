@@ -2,6 +2,9 @@
 //! steps (repeats, backwards steps, jumps of centuries, absolute values),
 //! checked against an exact integer model and against the documented bounds.
 
+mod budget_model;
+
+use budget_model::{BankModel, GcraModel, Paid, RatioModel};
 use proptest::prelude::*;
 use tailguard::budget::{Budget, HedgeBudget, RatioBudget, TokenBucket, UNITS_PER_TOKEN};
 
@@ -56,128 +59,6 @@ fn advance(now: u64, s: &Step) -> u64 {
     }
 }
 
-/// Naive GCRA in u128: grant iff max(tat, now) + T ≤ min(now + burst·T,
-/// u64::MAX): the window ends at the end of u64 time (the bucket fails
-/// closed there instead of wrapping). A refused ask more than the window
-/// and `TokenBucket::STALE_AFTER_NS` behind TAT is stale: `STALE_RUN` of
-/// them in a row (TAT unchanged, as the bucket folds it; no other refusal
-/// between) restart the bucket empty at the last one.
-#[derive(Debug)]
-struct GcraModel {
-    tat: u128,
-    interval: u128,
-    burst: u128,
-    run: u32,
-    /// TAT folded as the bucket folds it (a run counts against one TAT).
-    stale_of: u32,
-    /// The time the bound allows grants for: the acquire span of the first
-    /// stretch (from a restart or drain: from it), plus that of every
-    /// stretch before.
-    spent: u128,
-    stretch: Option<(u64, u64)>,
-    /// Whether the current stretch began at a restart or drain (at `.0`).
-    from_restart: bool,
-}
-
-impl GcraModel {
-    fn new(interval: u64, burst: u32) -> Self {
-        Self {
-            tat: 0,
-            interval: interval.into(),
-            burst: burst.into(),
-            run: 0,
-            stale_of: 0,
-            spent: 0,
-            stretch: None,
-            from_restart: false,
-        }
-    }
-
-    /// The model of `drained(at)`: empty at `at`.
-    fn drained(interval: u64, burst: u32, at: u64) -> Self {
-        let mut m = Self::new(interval, burst);
-        m.restart(at);
-        m
-    }
-
-    fn window(&self) -> u128 {
-        self.burst * self.interval
-    }
-
-    fn restart(&mut self, at: u64) {
-        self.spent += self.stretch_span();
-        self.tat = (u128::from(at) + self.window()).min(u128::from(u64::MAX));
-        self.run = 0;
-        self.stretch = Some((at, at));
-        self.from_restart = true;
-    }
-
-    fn stretch_span(&self) -> u128 {
-        self.stretch.map_or(0, |(lo, hi)| u128::from(hi - lo))
-    }
-
-    /// Time the bound allows grants for: with `burst` more for the first
-    /// stretch unless it began drained.
-    fn time(&self) -> u128 {
-        self.spent + self.stretch_span()
-    }
-
-    fn see(&mut self, now: u64) {
-        self.stretch = Some(match self.stretch {
-            None => (now, now),
-            // A stretch from a restart counts from it, not from earlier asks.
-            Some((lo, hi)) if self.from_restart => (lo, hi.max(now)),
-            Some((lo, hi)) => (lo.min(now), hi.max(now)),
-        });
-    }
-
-    fn take(&mut self, now: u64) -> bool {
-        self.see(now);
-        let t = u128::from(now);
-        let next = self.tat.max(t) + self.interval;
-        if next <= self.limit(t) {
-            self.tat = next;
-            return true;
-        }
-        let stale = t + self.window() + u128::from(TokenBucket::STALE_AFTER_NS) < self.tat;
-        if !stale {
-            self.run = 0;
-            return false;
-        }
-        // TAT never exceeds u64::MAX (grants stop there, restarts clamp).
-        let tat = u64::try_from(self.tat).unwrap();
-        let folded = (tat ^ (tat >> 32)) as u32;
-        self.run = if self.stale_of == folded {
-            self.run + 1
-        } else {
-            1
-        };
-        self.stale_of = folded;
-        if self.run >= TokenBucket::STALE_RUN {
-            self.restart(now);
-        }
-        false
-    }
-
-    fn limit(&self, now: u128) -> u128 {
-        (now + self.window()).min(u128::from(u64::MAX))
-    }
-
-    /// Exact balance in units: whole and fractional tokens left in the window.
-    fn balance(&self, now: u64) -> u128 {
-        let now = u128::from(now);
-        let room = self.limit(now).saturating_sub(self.tat.max(now));
-        room * u128::from(UNITS_PER_TOKEN) / self.interval
-    }
-
-    /// The documented bound: grants · T ≤ burst · T (unless drained first)
-    /// + the time of the stretches.
-    fn within_bound(&self, grants: u128, initial_burst: bool) -> bool {
-        let burst = if initial_burst { self.burst } else { 0 };
-        grants.saturating_sub(burst) * self.interval <= self.time()
-    }
-}
-
 #[derive(Clone, Debug)]
 enum BucketCfg {
     Rate(u32, u32),
@@ -222,99 +103,6 @@ impl BucketCfg {
             }
             Self::Interval(i, _) => extra * u128::from(i) <= elapsed,
         }
-    }
-}
-
-/// The traffic-scaled cap, restated naively. `D` counts deposits; each
-/// window's first deposit marks it (per parity: the window number's low 32
-/// bits and `D` before it); a window's count runs from its mark to the next
-/// window's mark, or to `D` if there is none; the cap is
-/// `max(floor, share × max(n_k, n_(k−1)))`. A time at most 16 windows
-/// before the latest marked window (a late stamp) counts in that window,
-/// until more than 64 late stamps are most of its deposits.
-#[derive(Debug)]
-struct BankModel {
-    share: u128,
-    floor: u128,
-    window: u64,
-    deposits: u128,
-    /// (tag, D at the mark) of the even- and odd-numbered windows.
-    marks: [(u32, u128); 2],
-    /// The window the latest deposit that marked (or found marked) its own
-    /// window counted in.
-    newest: u64,
-    /// Late stamps since `newest` was set.
-    late: u128,
-}
-
-impl BankModel {
-    /// The window `now` counts in.
-    fn window_of(&self, now: u64) -> u64 {
-        let own = now / self.window;
-        if own < self.newest && self.newest - own <= 16 {
-            self.newest
-        } else {
-            own
-        }
-    }
-
-    fn locate(&self, now: u64) -> (u32, usize) {
-        let k = self.window_of(now);
-        (k as u32, (k % 2) as usize)
-    }
-
-    /// Deposits from `from` to `to`, or 0 if `to` comes first (marks written
-    /// out of order by a stale clock).
-    fn count(from: u128, to: u128) -> u128 {
-        to.saturating_sub(from)
-    }
-
-    fn cap_at(&self, now: u64) -> u128 {
-        let (tag, i) = self.locate(now);
-        let (mine, other) = (self.marks[i], self.marks[1 - i]);
-        let here = (mine.0 == tag).then_some(mine.1);
-        let d = self.deposits;
-        let n = if other.0 == tag.wrapping_sub(1) {
-            let before = Self::count(other.1, here.unwrap_or(d));
-            before.max(here.map_or(0, |h| Self::count(h, d)))
-        } else if other.0 == tag.wrapping_add(1) {
-            here.map_or(0, |h| Self::count(h, other.1))
-        } else {
-            here.map_or(0, |h| Self::count(h, d))
-        };
-        self.floor.max(self.share * n)
-    }
-
-    /// Counts a deposit at `now`: whether it marked its window (then the
-    /// earnings above the cap are given up).
-    fn deposit(&mut self, now: u64) -> bool {
-        let own = now / self.window;
-        if own == self.newest {
-            self.deposits += 1;
-            return false;
-        }
-        if self.window_of(now) == self.newest {
-            // A late stamp: it counts in the newest window, unless late
-            // stamps are now most of that window's deposits (and more than
-            // 64): then its own window is taken.
-            self.late += 1;
-            let i = (self.newest % 2) as usize;
-            // From the newest window's slot, whatever window wrote it.
-            let n = self.deposits + 1 - self.marks[i].1;
-            if self.late <= 64 || 2 * self.late <= n {
-                self.deposits += 1;
-                return false;
-            }
-        }
-        self.newest = own;
-        self.late = 0;
-        let (tag, i) = ((own as u32), (own % 2) as usize);
-        let marks = self.marks[i].0 != tag;
-        if marks {
-            self.marks[i] = (tag, self.deposits);
-        }
-        self.deposits += 1;
-        marks
     }
 }
 
@@ -462,10 +250,8 @@ proptest! {
         prop_assert_eq!(budget.bank_window_ns(), Some(window));
         let unit = u128::from(UNITS_PER_TOKEN);
         let (share_u, floor_u) = (u128::from(share), u128::from(floor) * unit);
-        let mut bank = BankModel { share: share_u, floor: floor_u, window, deposits: 0, marks: [(0, 0); 2], newest: 0, late: 0 };
+        let mut model = RatioModel::new(BankModel::new(share_u, floor_u, Some(window)), reserve_model);
         let mut now = start;
-        // Earned and not consumed (by grants, or by the cap at a grant).
-        let mut unspent = 0_u128;
         let (mut paid, mut from_reserve, mut denials) = (0_u128, 0_u64, 0_u64);
         // max over earlier states i of (earned_i − paid_i − balance_i),
         // earned = deposits × share and paid = balance grants × unit, while
@@ -477,34 +263,25 @@ proptest! {
             match op {
                 Op::Request => {
                     budget.on_request(now);
-                    unspent += share_u;
-                    if bank.deposit(now) {
-                        unspent = unspent.min(bank.cap_at(now));
-                    }
+                    model.deposit(now);
                 }
                 Op::Acquire => {
-                    let balance = unspent.min(bank.cap_at(now));
-                    let expected = if balance >= unit {
-                        unspent = balance - unit;
-                        paid += unit;
-                        true
-                    } else if reserve_model.as_mut().is_some_and(|r| r.take(now)) {
-                        from_reserve += 1;
-                        true
-                    } else {
-                        denials += 1;
-                        false
-                    };
-                    prop_assert_eq!(budget.try_acquire(now), expected, "at {}", now);
+                    let payer = model.take(now);
+                    match payer {
+                        Paid::Balance => paid += unit,
+                        Paid::Reserve => from_reserve += 1,
+                        Paid::Refused => denials += 1,
+                    }
+                    prop_assert_eq!(budget.try_acquire(now), payer != Paid::Refused, "at {}", now);
                 }
                 Op::Time(s) => now = advance(now, s),
             }
-            let cap = bank.cap_at(now);
-            let balance = unspent.min(cap);
+            let cap = model.bank.cap_at(now);
+            let balance = model.balance(now);
             // Exact cap and balance.
             prop_assert_eq!(u128::from(budget.cap_units_at(now)), cap);
             prop_assert_eq!(u128::from(budget.balance_at(now)), balance);
-            let earned = bank.deposits * share_u;
+            let earned = model.bank.deposits * share_u;
             // The cap counts real deposits only.
             prop_assert!(cap <= floor_u.max(earned));
             // The budget starts empty: the balance never pays for more than
@@ -525,7 +302,7 @@ proptest! {
             // was earned and not consumed at its start, which is at most
             // the cap at the latest window mark plus the earnings since.
             prop_assert!(weak_start <= x);
-            weak_start = weak_start.max(x - i128::try_from(unspent).unwrap());
+            weak_start = weak_start.max(x - i128::try_from(model.unspent).unwrap());
         }
         let stats = budget.stats();
         let grants = u64::try_from(paid / unit).unwrap() + from_reserve;

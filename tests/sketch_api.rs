@@ -2,30 +2,13 @@
 
 mod common;
 
-use common::{cases, dataset, size};
+use common::{cases, dataset, size, snapshot};
 use proptest::prelude::*;
 use tailguard::mapping::{CubicMapping, LinearMapping, LogarithmicMapping, MappingError};
 use tailguard::store::{CollapsingHighestStore, CollapsingLowestStore};
 use tailguard::{
     DDSketch, FromRelativeAccuracy, IndexMapping, NoStore, SignedSketch, SketchError, Store,
 };
-
-type Bins = Vec<(i32, u32)>;
-
-/// Everything that defines a sketch's contents.
-fn snapshot<M: IndexMapping, P: Store, N: Store>(
-    s: &DDSketch<M, P, N>,
-) -> (Bins, Bins, u64, u64, Option<f64>, Option<f64>, Option<u64>) {
-    (
-        s.positive_store().bins().collect(),
-        s.negative_store().bins().collect(),
-        s.zero_count(),
-        s.count(),
-        s.min(),
-        s.max(),
-        s.sum().map(f64::to_bits),
-    )
-}
 
 fn check_merge<M, S>(a: &[f64], b: &[f64]) -> Result<(), TestCaseError>
 where

@@ -14,61 +14,10 @@
 
 mod common;
 
-use common::{cases, store_model};
+use common::{cases, store_agrees_with_model};
 use proptest::prelude::*;
 use tailguard::store::{Collapse, CollapseSide, CollapsingStore, Highest, Lowest, StoreCollapse};
 use tailguard::Store;
-
-/// Every read of the store agrees with the model.
-fn agrees<const N: usize, S: CollapseSide>(
-    store: &CollapsingStore<N, S>,
-    adds: &[(i32, u32)],
-) -> Result<(), TestCaseError> {
-    let m = store_model(S::SIDE, N, adds);
-    let bins: Vec<_> = store.bins().collect();
-    prop_assert_eq!(&bins, &m.bins);
-    prop_assert_eq!(store.collapse(), m.collapse);
-    prop_assert_eq!(store.total(), m.total());
-    prop_assert_eq!(store.saturated(), m.saturated);
-    if let Some(c) = store.collapse() {
-        prop_assert!(c.samples <= store.total(), "{:?} of {}", c, store.total());
-    }
-    prop_assert_eq!(
-        store.key_range(),
-        m.bins.first().zip(m.bins.last()).map(|(a, b)| (a.0, b.0))
-    );
-    // Reversed iteration, `count_of` and `count_at_or_below` at every bin
-    // and just around it.
-    let mut rev: Vec<_> = store.bins().rev().collect();
-    rev.reverse();
-    prop_assert_eq!(&rev, &m.bins);
-    let mut below = 0u64;
-    for &(k, c) in &m.bins {
-        prop_assert_eq!(store.count_of(k), c);
-        if k > i32::MIN {
-            prop_assert_eq!(store.count_at_or_below(k - 1), below);
-        }
-        below += u64::from(c);
-        prop_assert_eq!(store.count_at_or_below(k), below);
-        if m.bins
-            .binary_search_by_key(&k.wrapping_add(1), |b| b.0)
-            .is_err()
-            && k < i32::MAX
-        {
-            prop_assert_eq!(store.count_of(k + 1), 0);
-        }
-    }
-    // Every rank, against the expanded sorted keys (bounded for speed).
-    let mut rank = 0u64;
-    for &(k, c) in &m.bins {
-        for r in [rank, rank + u64::from(c) / 2, rank + u64::from(c) - 1] {
-            prop_assert_eq!(store.key_at_rank(r), Some(k), "rank {}", r);
-        }
-        rank += u64::from(c);
-    }
-    prop_assert_eq!(store.key_at_rank(rank), None);
-    Ok(())
-}
 
 /// Weights: mostly small; sometimes huge, so that buckets saturate (alone,
 /// when collapsing folds them together, or when merging adds them).
@@ -119,7 +68,7 @@ fn check<const N: usize, S: CollapseSide>(
     for &(k, c) in adds {
         store.add(k, c);
     }
-    agrees(&store, adds)?;
+    store_agrees_with_model(&store, adds)?;
     // In another order: the contents depend only on the keys.
     let mut shuffled = adds.to_vec();
     let mut x = seed | 1;
@@ -133,7 +82,7 @@ fn check<const N: usize, S: CollapseSide>(
     for &(k, c) in &shuffled {
         other.add(k, c);
     }
-    agrees(&other, adds)?;
+    store_agrees_with_model(&other, adds)?;
     // As the merge of two stores fed the two halves.
     let (a, b) = adds.split_at(split.min(adds.len()));
     let (mut sa, mut sb) = (
@@ -162,16 +111,16 @@ fn check<const N: usize, S: CollapseSide>(
         }
     }
     sa.merge(&sb);
-    agrees(&sa, adds)?;
+    store_agrees_with_model(&sa, adds)?;
     // Clearing forgets everything, collapse included.
     sa.clear();
-    agrees(&sa, &[])?;
+    store_agrees_with_model(&sa, &[])?;
     // And leaves no counter behind (it zeroes only the occupied range):
     // filled again, it holds exactly the new samples.
     for &(k, c) in adds {
         sa.add(k, c);
     }
-    agrees(&sa, adds)?;
+    store_agrees_with_model(&sa, adds)?;
     Ok(())
 }
 

@@ -3,8 +3,11 @@
 //! cross-checks against DataDog's Rust sketch (`libdd-ddsketch`) and its
 //! prost-generated types.
 
+mod protobuf;
+
 use libdd_ddsketch::pb;
 use prost::Message;
+use protobuf::{double, entry, len, mapping_msg, packed, sint, tag, varint};
 use std::collections::HashMap;
 use tailguard::mapping::{
     CubicMapping, Interpolation, LinearMapping, LogLinearMapping, LogarithmicMapping, MappingError,
@@ -256,48 +259,7 @@ fn lengths_are_exact_and_bounded() {
 }
 
 // ---------------------------------------------------------------------
-// Hand-built messages: a tiny protobuf writer.
-
-fn varint(out: &mut Vec<u8>, mut v: u64) {
-    while v >= 0x80 {
-        out.push(v as u8 | 0x80);
-        v >>= 7;
-    }
-    out.push(v as u8);
-}
-fn tag(out: &mut Vec<u8>, field: u32, wire_type: u8) {
-    varint(out, u64::from(field) << 3 | u64::from(wire_type));
-}
-fn double(out: &mut Vec<u8>, field: u32, v: f64) {
-    tag(out, field, 1);
-    out.extend(v.to_le_bytes());
-}
-fn len(out: &mut Vec<u8>, field: u32, body: &[u8]) {
-    tag(out, field, 2);
-    varint(out, body.len() as u64);
-    out.extend(body);
-}
-fn sint(out: &mut Vec<u8>, field: u32, v: i32) {
-    tag(out, field, 0);
-    varint(out, u64::from(((v << 1) ^ (v >> 31)) as u32));
-}
-fn mapping_msg(gamma: f64, offset: f64, interpolation: u64) -> Vec<u8> {
-    let mut m = Vec::new();
-    double(&mut m, 1, gamma);
-    double(&mut m, 2, offset);
-    tag(&mut m, 3, 0);
-    varint(&mut m, interpolation);
-    m
-}
-fn packed(counts: &[f64]) -> Vec<u8> {
-    counts.iter().flat_map(|c| c.to_le_bytes()).collect()
-}
-fn entry(key: i32, count: f64) -> Vec<u8> {
-    let mut e = Vec::new();
-    sint(&mut e, 1, key);
-    double(&mut e, 2, count);
-    e
-}
+// Hand-built messages.
 
 const G: f64 = 1.02;
 

@@ -4,7 +4,8 @@
 
 use proptest::prelude::*;
 use std::collections::BTreeMap;
-use tailguard::store::{Collapse, StoreCollapse};
+use tailguard::mapping::MIN_RELATIVE_ACCURACY;
+use tailguard::store::{Collapse, CollapseSide, CollapsingStore, StoreCollapse};
 use tailguard::{DDSketch, IndexMapping, Store};
 
 /// Proptest cases: `PROPTEST_CASES` if set, otherwise `default`.
@@ -137,6 +138,78 @@ pub fn alpha() -> impl Strategy<Value = f64> {
     proptest::sample::select(&[0.005, 0.01, 0.02, 0.05][..])
 }
 
+/// Relative accuracies at both ends of the documented range
+/// `[MIN_RELATIVE_ACCURACY, 1)`, the finest `ExponentialMapping` takes
+/// (about 3.3·10⁻⁷), and anything between.
+pub fn extreme_alpha() -> impl Strategy<Value = f64> {
+    prop_oneof![
+        proptest::sample::select(vec![
+            MIN_RELATIVE_ACCURACY,
+            MIN_RELATIVE_ACCURACY.next_up(),
+            3.4e-7,
+            0.5,
+            0.999_999,
+            0.999_999_9,
+            1.0 - 1e-12,
+            1.0 - f64::EPSILON,
+        ]),
+        MIN_RELATIVE_ACCURACY..1.0,
+    ]
+}
+
+/// A magnitude placed relative to a mapping's buckets and range.
+#[derive(Clone, Copy, Debug)]
+pub enum Place {
+    /// The smallest indexable value, moved by −1, 0 or 1 ulp.
+    Lowest(i8),
+    /// The largest indexable value, moved by −1, 0 or 1 ulp.
+    Highest(i8),
+    /// `2^e`, moved by −1, 0 or 1 ulp.
+    PowerOfTwo(i32, i8),
+    /// A subnormal number, or zero: these bits below 2⁵².
+    Subnormal(u64),
+    One,
+    /// `u64::MAX` as a float: 2⁶⁴.
+    U64Max,
+    /// Any normal number.
+    Any(f64),
+}
+
+impl Place {
+    pub fn value<M: IndexMapping>(self, m: &M) -> f64 {
+        let moved = |x: f64, ulps: i8| match ulps {
+            -1 => x.next_down(),
+            0 => x,
+            _ => x.next_up(),
+        };
+        match self {
+            Self::Lowest(ulps) => moved(m.min_indexable_value(), ulps),
+            Self::Highest(ulps) => moved(m.max_indexable_value(), ulps),
+            Self::PowerOfTwo(e, ulps) => moved(2f64.powi(e), ulps),
+            Self::Subnormal(bits) => f64::from_bits(bits),
+            Self::One => 1.0,
+            Self::U64Max => u64::MAX as f64,
+            Self::Any(v) => v,
+        }
+    }
+}
+
+/// Every kind of [`Place`], the normal numbers uniform in their bits.
+pub fn place() -> impl Strategy<Value = Place> {
+    let ulps = -1i8..=1;
+    prop_oneof![
+        ulps.clone().prop_map(Place::Lowest),
+        ulps.clone().prop_map(Place::Highest),
+        (-1022i32..=1023, ulps).prop_map(|(e, u)| Place::PowerOfTwo(e, u)),
+        (0u64..1 << 52).prop_map(Place::Subnormal),
+        Just(Place::One),
+        Just(Place::U64Max),
+        prop::num::f64::POSITIVE
+            .prop_filter("normal", |v| v.is_normal())
+            .prop_map(Place::Any),
+    ]
+}
+
 /// The side a store collapses on, for the oracle.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Side {
@@ -160,6 +233,38 @@ pub fn sorted(data: &[f64]) -> Vec<f64> {
     let mut s = data.to_vec();
     s.sort_by(f64::total_cmp);
     s
+}
+
+/// Bucket keys and counts, ascending.
+pub type Bins = Vec<(i32, u32)>;
+
+/// Everything that defines a sketch's contents: positive and negative
+/// buckets, zero count, count, minimum, maximum and the sum's bits.
+pub fn snapshot<M: IndexMapping, P: Store, N: Store>(
+    s: &DDSketch<M, P, N>,
+) -> (Bins, Bins, u64, u64, Option<f64>, Option<f64>, Option<u64>) {
+    (
+        s.positive_store().bins().collect(),
+        s.negative_store().bins().collect(),
+        s.zero_count(),
+        s.count(),
+        s.min(),
+        s.max(),
+        s.sum().map(f64::to_bits),
+    )
+}
+
+/// What a sketch's wire format carries: positive and negative buckets,
+/// zero count and count (not the minimum, maximum nor sum).
+pub fn wire_contents<M: IndexMapping, P: Store, N: Store>(
+    s: &DDSketch<M, P, N>,
+) -> (Bins, Bins, u64, u64) {
+    (
+        s.positive_store().bins().collect(),
+        s.negative_store().bins().collect(),
+        s.zero_count(),
+        s.count(),
+    )
 }
 
 /// Feeds `data` one by one.
@@ -487,7 +592,9 @@ pub fn store_model(side: Collapse, capacity: usize, adds: &[(i32, u32)]) -> Stor
         let (edge, boundary) = match side {
             Collapse::Lowest => {
                 let edge = (i64::from(hi) - n + 1) as i32;
-                (edge, edge + 1)
+                // Saturating, as the store reports it: a store of one
+                // bucket collapsing at `i32::MAX` has no key above it.
+                (edge, edge.saturating_add(1))
             }
             Collapse::Highest => {
                 let edge = (i64::from(lo) + n - 1) as i32;
@@ -521,6 +628,59 @@ pub fn store_model(side: Collapse, capacity: usize, adds: &[(i32, u32)]) -> Stor
         saturated: folded.values().map(|&c| c.saturating_sub(max)).sum(),
         collapse,
     }
+}
+
+/// Every read of `store` agrees with [`store_model`] of `adds`: buckets in
+/// either order, totals, saturation, collapse, key range, counts at and
+/// around every bucket, and ranks.
+pub fn store_agrees_with_model<const N: usize, S: CollapseSide>(
+    store: &CollapsingStore<N, S>,
+    adds: &[(i32, u32)],
+) -> Result<(), TestCaseError> {
+    let m = store_model(S::SIDE, N, adds);
+    let bins: Vec<_> = store.bins().collect();
+    prop_assert_eq!(&bins, &m.bins);
+    prop_assert_eq!(store.collapse(), m.collapse);
+    prop_assert_eq!(store.total(), m.total());
+    prop_assert_eq!(store.saturated(), m.saturated);
+    if let Some(c) = store.collapse() {
+        prop_assert!(c.samples <= store.total(), "{:?} of {}", c, store.total());
+    }
+    prop_assert_eq!(
+        store.key_range(),
+        m.bins.first().zip(m.bins.last()).map(|(a, b)| (a.0, b.0))
+    );
+    // Reversed iteration, `count_of` and `count_at_or_below` at every bin
+    // and just around it.
+    let mut rev: Vec<_> = store.bins().rev().collect();
+    rev.reverse();
+    prop_assert_eq!(&rev, &m.bins);
+    let mut below = 0u64;
+    for &(k, c) in &m.bins {
+        prop_assert_eq!(store.count_of(k), c);
+        if k > i32::MIN {
+            prop_assert_eq!(store.count_at_or_below(k - 1), below);
+        }
+        below += u64::from(c);
+        prop_assert_eq!(store.count_at_or_below(k), below);
+        if m.bins
+            .binary_search_by_key(&k.wrapping_add(1), |b| b.0)
+            .is_err()
+            && k < i32::MAX
+        {
+            prop_assert_eq!(store.count_of(k + 1), 0);
+        }
+    }
+    // Every rank, against the expanded sorted keys (bounded for speed).
+    let mut rank = 0u64;
+    for &(k, c) in &m.bins {
+        for r in [rank, rank + u64::from(c) / 2, rank + u64::from(c) - 1] {
+            prop_assert_eq!(store.key_at_rank(r), Some(k), "rank {}", r);
+        }
+        rank += u64::from(c);
+    }
+    prop_assert_eq!(store.key_at_rank(rank), None);
+    Ok(())
 }
 
 // Exact arithmetic on doubles, for checking the α guarantee without slack.
@@ -603,12 +763,13 @@ pub fn within(est: f64, x: f64, a: f64) -> bool {
 }
 
 /// Whether `x < v · (1 + a) / (1 − a)` holds exactly, for positive `x` and
-/// `v` (normal): `x − a·x − v − a·v < 0`.
+/// `v` (normal, or `x` infinite): `x − a·x − v − a·v < 0`.
 pub fn below_gamma(x: f64, v: f64, a: f64) -> bool {
     if x <= v {
         return true;
     }
-    if x > 4.0 * v / (1.0 - a) {
+    // The bound may overflow for `v` near `f64::MAX`; infinity is above it.
+    if x == f64::INFINITY || x > 4.0 * v / (1.0 - a) {
         return false;
     }
     let (x, v) = normalized(x, v);
