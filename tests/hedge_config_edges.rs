@@ -399,3 +399,21 @@ fn a_warm_window_stays_warm_through_rotations_on_count_under_hedging() {
         );
     }
 }
+
+/// Construction reports the first problem `validate` finds, whichever
+/// constructor builds the mapping: `Hedger` built the accuracy's mapping
+/// first and gave `RelativeAccuracy(1.0)` for a configuration whose first
+/// problem is its quantile.
+#[test]
+fn every_constructor_reports_validate_s_first_problem() {
+    let config = HedgeConfig::DEFAULT.quantile(0.0).relative_accuracy(1.0);
+    let first = config.validate().unwrap_err();
+    assert_eq!(first, ConfigError::Quantile(0.0));
+    let errors = [
+        Hedger::<()>::new(config).err(),
+        Hedger::<(), Budget>::with_budget(config, Budget::Unlimited).err(),
+        Hedger::<(), Budget>::with_budget_per_target(config, Budget::Unlimited).err(),
+        SharedHedger::<Budget>::with_budget(config, Budget::Unlimited).err(),
+    ];
+    assert!(errors.iter().all(|e| *e == Some(first)), "{errors:?}");
+}

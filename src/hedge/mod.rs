@@ -402,9 +402,11 @@ where
     /// [`ConfigError::KeyRange`] when the store's buckets are too few for
     /// the configuration (see [`key_floor_ns`](Self::key_floor_ns)).
     pub fn with_budget(config: HedgeConfig, budget: B) -> Result<Self, ConfigError> {
-        let mapping = M::from_relative_accuracy(config.relative_accuracy)
-            .map_err(|_| ConfigError::RelativeAccuracy(config.relative_accuracy))?;
-        Self::build(config, BudgetScope::Shared(budget), mapping)
+        Self::build(
+            config,
+            BudgetScope::Shared(budget),
+            Self::mapping_for(&config)?,
+        )
     }
 
     /// A hedger in which each target has a budget of its own, configured
@@ -420,9 +422,16 @@ where
     /// [`ConfigError::KeyRange`] when the store's buckets are too few for
     /// the configuration (see [`key_floor_ns`](Self::key_floor_ns)).
     pub fn with_budget_per_target(config: HedgeConfig, prototype: B) -> Result<Self, ConfigError> {
-        let mapping = M::from_relative_accuracy(config.relative_accuracy)
-            .map_err(|_| ConfigError::RelativeAccuracy(config.relative_accuracy))?;
+        let mapping = Self::mapping_for(&config)?;
         Self::build(config, BudgetScope::PerTarget(prototype), mapping)
+    }
+
+    /// The mapping of `config`'s accuracy, once `config` is valid: so that
+    /// the error is the first problem `validate` finds, not the accuracy's.
+    fn mapping_for(config: &HedgeConfig) -> Result<M, ConfigError> {
+        config.validate()?;
+        M::from_relative_accuracy(config.relative_accuracy)
+            .map_err(|_| ConfigError::RelativeAccuracy(config.relative_accuracy))
     }
 }
 
