@@ -1121,6 +1121,28 @@ mod tests {
     }
 
     #[test]
+    fn a_stall_spends_one_window_s_bank_on_its_few_requests() {
+        // 1 s at 10 000 requests a second, then a stall: 100 ms at 500 a
+        // second, each request taking every token it can. The stall's
+        // hedges outnumber its requests, but stay within what they earn
+        // plus one bank window's earnings (1 000 requests before): the
+        // bound the docs give, not twice the share of the stall's own.
+        const MS: u64 = 1_000_000;
+        let b = RatioBudget::default();
+        let mut t = 100 * SEC;
+        traffic(&b, t, SEC, 10_000);
+        t += SEC;
+        let mut hedges = 0;
+        for _ in 0..50 {
+            b.on_request(t);
+            hedges += spend(&b, t);
+            t += 2 * MS;
+        }
+        // 15 % of (50 + 1 000) is 157.5 tokens.
+        assert_eq!(hedges, 157);
+    }
+
+    #[test]
     fn a_few_late_stamps_keep_the_share() {
         // 10 000 requests a second for 2 s, one in 100 stamped `lag` late,
         // the bank drained every 50 ms: the grants are 15 % of the
