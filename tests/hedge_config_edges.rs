@@ -231,10 +231,10 @@ fn a_lease_of_a_few_nanoseconds_caps_hedges_at_the_end_of_time() {
 }
 
 /// A caller that follows `next_timer` must see it move: when the in-flight
-/// cap holds a hedge back within one delay of the end of time, "look again
-/// one delay later" saturated to `now`, and the timer stayed where it was
-/// for ever (the caller spun). Both hedgers, on the timer and after a
-/// retryable failure.
+/// cap holds a hedge back at the last nanosecond of time, "look again one
+/// delay later" saturated to `now`, and the timer stayed where it was for
+/// ever (the caller spun). Both hedgers, from starts within a delay of the
+/// end, and after a retryable failure at the last nanosecond.
 #[test]
 fn a_timer_held_back_at_the_end_of_time_moves_or_ends() {
     use tailguard::hedge::{Failure, FailureOutcome};

@@ -514,8 +514,9 @@ fn first_eviction_among_one_offs<const T: usize>(asks: u64) -> u64 {
 
 /// How long an idle target keeps its slot among keys seen once, as the
 /// `hedge` module docs say: counts halve every `16 × T` such requests, and
-/// a target yields once its count is 0 at a halving: after one period if
-/// asked for once, after five (`80 × T`) if busy (a count of 15).
+/// a target yields once its count is 0 at a halving. From a fresh aging
+/// period (as here) that is the bound: one period if asked for once, five
+/// (`80 × T`) if busy (a count of 15).
 #[test]
 fn an_idle_target_yields_its_slot_after_the_documented_periods() {
     assert_eq!(first_eviction_among_one_offs::<2>(1), 16 * 2);

@@ -165,10 +165,14 @@ proptest! {
     /// either mapping, the window's quantile is the product-limit one.
     #[test]
     fn the_quantile_is_the_product_limit_one(
-        samples in prop::collection::vec((latency(), any::<bool>()), 1..300),
+        drawn in prop::collection::vec((latency(), 0u8..100), 1..300),
+        cancelled_pct in prop_oneof![Just(0u8), Just(100), 1u8..100],
         split in any::<prop::sample::Index>(),
         qs in prop::collection::vec(level(), 1..12),
     ) {
+        // A share of cancellations per case, none and all included.
+        let samples: Vec<_> =
+            drawn.iter().map(|&(ns, roll)| (ns, roll < cancelled_pct)).collect();
         let split = split.index(samples.len() + 1);
         matches_the_model::<CubicMapping>(&samples, split, &qs)?;
         matches_the_model::<LogLinearMapping>(&samples, split, &qs)?;

@@ -168,11 +168,11 @@
 //! another in turn (12 in turn over 3 slots: no eviction, where a recency
 //! rule evicts at every request), and a target asked for nothing yields
 //! its slot to any target without one (a newcomer among one-off keys gets
-//! a slot however rare it is) once halving has brought its count to 0 and
-//! a whole further `16 × T` such requests have passed: after one such
-//! period for a target asked for once, after five (`80 × T` requests) for
-//! a busy one at 15. A newcomer asked for often takes the slot sooner: at
-//! a count two above the idle target's, which halves each period. Every sample is also
+//! a slot however rare it is) at the first halving that finds its count
+//! at 0: within one period (`16 × T` such requests) for a target asked for
+//! once, within four to five (at most `80 × T` requests) for a busy one at
+//! 15. A newcomer asked for often takes the slot sooner: at a count two
+//! above the idle target's, which halves each period. Every sample is also
 //! recorded in one aggregate window (when `T > 1`), and a target whose own
 //! window is cold, or that has no slot, gets the aggregate's delay
 //! ([`DelaySource::Aggregate`]) rather than none; with budgets per target
@@ -402,11 +402,8 @@ where
     /// [`ConfigError::KeyRange`] when the store's buckets are too few for
     /// the configuration (see [`key_floor_ns`](Self::key_floor_ns)).
     pub fn with_budget(config: HedgeConfig, budget: B) -> Result<Self, ConfigError> {
-        Self::build(
-            config,
-            BudgetScope::Shared(budget),
-            Self::mapping_for(&config)?,
-        )
+        let mapping = Self::mapping_for(&config)?;
+        Self::build(config, BudgetScope::Shared(budget), mapping)
     }
 
     /// A hedger in which each target has a budget of its own, configured
@@ -427,7 +424,9 @@ where
     }
 
     /// The mapping of `config`'s accuracy, once `config` is valid: so that
-    /// the error is the first problem `validate` finds, not the accuracy's.
+    /// the error is the first problem `validate` finds, not the accuracy's
+    /// (`build` validates again, for `with_mapping`: construction runs
+    /// once).
     fn mapping_for(config: &HedgeConfig) -> Result<M, ConfigError> {
         config.validate()?;
         M::from_relative_accuracy(config.relative_accuracy)

@@ -82,11 +82,11 @@ struct Candidate<K> {
 /// once never displace a target that was asked for, while a key that
 /// starts being busy gets a slot over an unused one at its second request.
 /// Every `16 × T` misses all counts, slots' and candidates', are halved;
-/// a target whose count is 0 at a halving (asked for nothing over a whole
-/// period since it reached 0) is *quiet* and yields its slot to any key
-/// without one, so targets that go quiet give their slots to newcomers
-/// however rare: one period after their last request if asked for once,
-/// five if busy (15). No timestamp is involved, so no
+/// a target whose count is 0 at a halving (asked for nothing since it
+/// reached 0) is *quiet* and yields its slot to any key without one, so
+/// targets that go quiet give their slots to newcomers however rare:
+/// within one period of their last request if asked for once, within
+/// four to five if busy (15). No timestamp is involved, so no
 /// clock anomaly can pin an entry.
 #[derive(Clone, Debug)]
 pub(crate) struct Table<K, S: Store, B, M: IndexMapping, const T: usize> {

@@ -96,7 +96,13 @@
 //! fatal) that refusal is the request's answer. Classify overload errors
 //! as [`Failure::Retryable`](crate::hedge::Failure::Retryable) in your
 //! [`Policy::failure`]: a retryable failure of one attempt leaves the
-//! others racing.
+//! others racing. It also releases a replacement at once, budget
+//! permitting, into the backend that just refused one (up to
+//! `max_retries` replacements a request, 2 by default; the retry throttle
+//! counts only retries sent with nothing else in flight): where the
+//! backend sheds load, set
+//! [`max_retries(0)`](crate::hedge::HedgeConfig::max_retries) or a tight
+//! budget.
 //!
 //! [`HedgeError<E>`] is an error for every inner error `E` that is
 //! `Debug + Display`, tower's `BoxError` included, so it turns into a

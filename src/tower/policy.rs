@@ -63,7 +63,9 @@ pub trait Policy<Req, E> {
 /// request whose primary would have answered. Where attempts can be
 /// refused for load, write a [`Policy`] whose
 /// [`failure`](Policy::failure) calls those errors
-/// [`Failure::Retryable`](crate::hedge::Failure::Retryable).
+/// [`Failure::Retryable`](crate::hedge::Failure::Retryable) (and see
+/// *Errors* in the [module docs](crate::tower) for the replacements that
+/// releases).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct AllIdempotent;
 

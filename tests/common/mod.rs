@@ -671,7 +671,8 @@ pub fn store_agrees_with_model<const N: usize, S: CollapseSide>(
             prop_assert_eq!(store.count_of(k + 1), 0);
         }
     }
-    // Every rank, against the expanded sorted keys (bounded for speed).
+    // Each bucket's first, middle and last rank, against the model (all
+    // ranks would take a bucket's count of steps).
     let mut rank = 0u64;
     for &(k, c) in &m.bins {
         for r in [rank, rank + u64::from(c) / 2, rank + u64::from(c) - 1] {
