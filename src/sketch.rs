@@ -22,7 +22,9 @@ use core::fmt;
 /// Zero, and magnitudes below the mapping's
 /// [`min_indexable_value`](IndexMapping::min_indexable_value) (≈ 2·10⁻³⁰⁸
 /// at α = 1 %, subnormals and `-0.0` included), are counted in a zero
-/// bucket and reported as 0, without an error. That limit rises as α
+/// bucket and answered as 0 (clamped into `[min, max]` like every answer:
+/// the smallest sample itself when no sample is 0 or negative), without an
+/// error. That limit rises as α
 /// shrinks, since the keys must fit `i32`: at α = 10⁻⁷ it is 8.7·10⁻¹⁸⁷ for
 /// the logarithmic mapping, 4.3·10⁻¹⁸⁵ for the cubic, 1.1·10⁻¹²⁹ for the
 /// linear and 8.6·10⁻⁷⁸ for the log-linear (and the largest value falls
@@ -41,7 +43,8 @@ use core::fmt;
 /// [`LogLikeMapping`](crate::mapping::LogLikeMapping); OpenTelemetry's
 /// fixed buckets state an α that margin above theirs, see
 /// [`ExponentialMapping`](crate::mapping::ExponentialMapping)). The exceptions are
-/// documented: `x` in the zero bucket is answered 0, and after a collapse
+/// documented: `x` in the zero bucket is answered 0 (or the minimum, when
+/// that is above 0), and after a collapse
 /// of the lowest buckets, quantiles whose exact value lies at or above
 /// [`collapse`](Self::collapse)`().bound` keep the guarantee and those below
 /// it may be over-estimated by any amount, and under-estimated by α at most
