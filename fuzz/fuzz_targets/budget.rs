@@ -38,186 +38,13 @@ struct Input {
     ops: Vec<Op>,
 }
 
-/// GCRA in u128, with the bucket's restart after a clock step: a refused
-/// ask more than the window and `STALE_AFTER_NS` behind TAT is stale, and
-/// `STALE_RUN` of them in a row (TAT unchanged, as the bucket folds it; no
-/// other refusal between) restart it empty at the last one. It also keeps
-/// the time its bound allows grants for: the acquire span of each stretch
-/// between restarts (from the restart or drain that began it).
-struct Gcra {
-    tat: u128,
-    interval: u128,
-    burst: u128,
-    run: u32,
-    /// TAT folded as the bucket folds it (a run counts against one TAT).
-    stale_of: u32,
-    spent: u128,
-    stretch: Option<(u64, u64)>,
-    from_restart: bool,
-    /// Whether the bucket was ever drained (then it never had a burst).
-    drained: bool,
-}
+// The exact models the property tests use (`tests/budget_model`): GCRA in
+// u128 with the bucket's restart after a clock step and the time its bound
+// allows grants for; the traffic-scaled cap restated naively.
+#[path = "../../tests/budget_model/mod.rs"]
+mod budget_model;
 
-impl Gcra {
-    fn new(interval: u64, burst: u32) -> Self {
-        Self {
-            tat: 0,
-            interval: interval.into(),
-            burst: burst.into(),
-            run: 0,
-            stale_of: 0,
-            spent: 0,
-            stretch: None,
-            from_restart: false,
-            drained: false,
-        }
-    }
-
-    fn window(&self) -> u128 {
-        self.burst * self.interval
-    }
-
-    fn span(&self) -> u128 {
-        self.stretch.map_or(0, |(lo, hi)| u128::from(hi - lo))
-    }
-
-    fn restart(&mut self, at: u64) {
-        self.spent += self.span();
-        self.tat = (u128::from(at) + self.window()).min(u128::from(u64::MAX));
-        self.run = 0;
-        self.stretch = Some((at, at));
-        self.from_restart = true;
-    }
-
-    fn take(&mut self, now: u64) -> bool {
-        self.stretch = Some(match self.stretch {
-            None => (now, now),
-            Some((lo, hi)) if self.from_restart => (lo, hi.max(now)),
-            Some((lo, hi)) => (lo.min(now), hi.max(now)),
-        });
-        let t = u128::from(now);
-        let limit = (t + self.window()).min(u128::from(u64::MAX));
-        let next = self.tat.max(t) + self.interval;
-        if next <= limit {
-            self.tat = next;
-            return true;
-        }
-        if t + self.window() + u128::from(TokenBucket::STALE_AFTER_NS) >= self.tat {
-            self.run = 0;
-            return false;
-        }
-        // TAT never exceeds u64::MAX (grants stop there, restarts clamp).
-        let tat = u64::try_from(self.tat).unwrap();
-        let folded = (tat ^ (tat >> 32)) as u32;
-        self.run = if self.stale_of == folded {
-            self.run + 1
-        } else {
-            1
-        };
-        self.stale_of = folded;
-        if self.run >= TokenBucket::STALE_RUN {
-            self.restart(now);
-        }
-        false
-    }
-
-    /// The drained state: empty at `now`, no burst, a fresh count.
-    fn drain(&mut self, now: u64) {
-        *self = Self {
-            drained: true,
-            ..Self::new(self.interval as u64, self.burst as u32)
-        };
-        self.restart(now);
-        self.spent = 0;
-    }
-
-    /// grants ≤ burst (never drained) + time / interval.
-    fn bound(&self, grants: u128) -> bool {
-        let burst = if self.drained { 0 } else { self.burst };
-        grants.saturating_sub(burst) * self.interval <= self.spent + self.span()
-    }
-}
-
-/// The ratio budget's cap: fixed, or max(floor, share × max(n_k, n_(k−1)))
-/// where a window's count runs from its mark (the window number's low 32
-/// bits and the deposit count before its first deposit) to the next
-/// window's mark, or to now; a time at most `LATE_WINDOWS` windows before
-/// the newest window (a late stamp) counts in the newest.
-struct Bank {
-    share: u128,
-    floor: u128,
-    window: Option<u64>,
-    deposits: u128,
-    marks: [(u32, u128); 2],
-    /// The window of the latest deposit that marked, or found marked, its
-    /// own window.
-    newest: u64,
-    /// Late stamps since `newest` was set.
-    late: u128,
-}
-
-impl Bank {
-    fn window_of(&self, now: u64, w: u64) -> u64 {
-        let own = now / w;
-        if own < self.newest && self.newest - own <= RatioBudget::LATE_WINDOWS {
-            self.newest
-        } else {
-            own
-        }
-    }
-
-    fn count(from: u128, to: u128) -> u128 {
-        to.saturating_sub(from)
-    }
-
-    fn cap_at(&self, now: u64) -> u128 {
-        let Some(w) = self.window else {
-            return self.floor;
-        };
-        let k = self.window_of(now, w);
-        let (tag, i) = (k as u32, (k % 2) as usize);
-        let (mine, other) = (self.marks[i], self.marks[1 - i]);
-        let here = (mine.0 == tag).then_some(mine.1);
-        let d = self.deposits;
-        let n = if other.0 == tag.wrapping_sub(1) {
-            Self::count(other.1, here.unwrap_or(d)).max(here.map_or(0, |h| Self::count(h, d)))
-        } else if other.0 == tag.wrapping_add(1) {
-            here.map_or(0, |h| Self::count(h, other.1))
-        } else {
-            here.map_or(0, |h| Self::count(h, d))
-        };
-        self.floor.max(self.share * n)
-    }
-
-    /// Counts a deposit: whether it marked its window.
-    fn deposit(&mut self, now: u64) -> bool {
-        let mut marked = false;
-        if let Some(w) = self.window {
-            let own = now / w;
-            let mut counts_in_newest = own == self.newest;
-            if !counts_in_newest && self.window_of(now, w) == self.newest {
-                // A late stamp, unless more than 64 of them are now most
-                // of the newest window's deposits.
-                self.late += 1;
-                let i = (self.newest % 2) as usize;
-                // From the newest window's slot, whatever window wrote it.
-                let n = self.deposits + 1 - self.marks[i].1;
-                counts_in_newest = self.late <= 64 || 2 * self.late <= n;
-            }
-            if !counts_in_newest {
-                self.newest = own;
-                self.late = 0;
-                let (tag, i) = (own as u32, (own % 2) as usize);
-                if self.marks[i].0 != tag {
-                    self.marks[i] = (tag, self.deposits);
-                    marked = true;
-                }
-            }
-        }
-        self.deposits += 1;
-        marked
-    }
-}
+use budget_model::{BankModel, GcraModel, Paid, RatioModel};
 
 fuzz_target!(|input: Input| {
     // Configurations: invalid ones must be rejected, never panic.
@@ -251,17 +78,17 @@ fuzz_target!(|input: Input| {
     let mut bucket = bucket.ok();
     let mut bucket_model = bucket
         .as_ref()
-        .map(|b| Gcra::new(b.interval_ns(), b.burst()));
+        .map(|b| GcraModel::new(b.interval_ns(), b.burst()));
+    // Whether the bucket was drained (then it never had a burst).
+    let mut bucket_drained = false;
     let mut ratio = ratio.ok();
-    let mut bank = ratio.as_ref().map(|r| Bank {
-        share: r.share_bps().into(),
-        floor: r.floor_units().into(),
-        window: r.bank_window_ns(),
-        deposits: 0,
-        marks: [(0, 0); 2],
-        newest: 0,
-        late: 0,
-    });
+    let new_bank = |r: &RatioBudget| {
+        BankModel::new(
+            r.share_bps().into(),
+            r.floor_units().into(),
+            r.bank_window_ns(),
+        )
+    };
     if let Some(r) = &ratio {
         let w = input.bank_window.map(|w| {
             if w == 0 {
@@ -272,20 +99,21 @@ fuzz_target!(|input: Input| {
         });
         assert_eq!(r.bank_window_ns(), w);
     }
-    let mut reserve_model = None;
-    if let (Some(r), Some(Ok(res))) = (ratio.take(), reserve) {
-        reserve_model = Some(Gcra::new(res.interval_ns(), res.burst()));
-        ratio = Some(r.with_reserve(res));
+    let mut model = ratio.as_ref().map(|r| RatioModel::new(new_bank(r), None));
+    // (Taken only with a reserve to give it: a ratio budget without one
+    // stays as it is.)
+    if let (Some(Ok(res)), Some(m)) = (reserve, model.as_mut()) {
+        m.reserve = Some(GcraModel::new(res.interval_ns(), res.burst()));
+        ratio = ratio.take().map(|r| r.with_reserve(res));
     }
+    let mut reserve_drained = false;
     let unit = u128::from(UNITS_PER_TOKEN);
     // Bounds hold from the start, over the span of acquire times (grants ≤
     // burst + span / interval), or from the latest drain, after which a
     // bucket has no burst to give, summed over the stretches between the
-    // bucket's restarts (`Gcra::bound`).
+    // bucket's restarts (`GcraModel::within_bound`).
     let mut now = input.start;
-    // The ratio budget's earnings not consumed by grants or by the cap.
-    let (mut unspent, mut deposits, mut bucket_grants, mut ratio_grants, mut reserve_grants) =
-        (0_u128, 0_u128, 0_u128, 0_u128, 0_u128);
+    let (mut bucket_grants, mut ratio_grants, mut reserve_grants) = (0_u128, 0_u128, 0_u128);
 
     for op in &input.ops {
         match *op {
@@ -293,14 +121,9 @@ fuzz_target!(|input: Input| {
                 if let Some(b) = &bucket {
                     b.on_request(now);
                 }
-                if let (Some(r), Some(m)) = (&ratio, bank.as_mut()) {
+                if let (Some(r), Some(m)) = (&ratio, model.as_mut()) {
                     r.on_request(now);
-                    deposits += 1;
-                    unspent += m.share;
-                    if m.deposit(now) {
-                        // A window's first deposit gives up what the cap holds back.
-                        unspent = unspent.min(m.cap_at(now));
-                    }
+                    m.deposit(now);
                 }
             }
             Op::Acquire => {
@@ -309,19 +132,11 @@ fuzz_target!(|input: Input| {
                     assert_eq!(got, m.take(now));
                     bucket_grants += u128::from(got);
                 }
-                if let (Some(r), Some(m)) = (&ratio, &bank) {
-                    let balance = unspent.min(m.cap_at(now));
-                    let expect = if balance >= unit {
-                        unspent = balance - unit;
-                        true
-                    } else if reserve_model.as_mut().is_some_and(|m| m.take(now)) {
-                        reserve_grants += 1;
-                        true
-                    } else {
-                        false
-                    };
-                    assert_eq!(r.try_acquire(now), expect);
-                    ratio_grants += u128::from(expect);
+                if let (Some(r), Some(m)) = (&ratio, model.as_mut()) {
+                    let paid = m.take(now);
+                    assert_eq!(r.try_acquire(now), paid != Paid::Refused);
+                    ratio_grants += u128::from(paid != Paid::Refused);
+                    reserve_grants += u128::from(paid == Paid::Reserve);
                 }
             }
             Op::Drain => {
@@ -330,23 +145,19 @@ fuzz_target!(|input: Input| {
                     assert_eq!(d.balance_at(now), 0);
                     d
                 });
-                if let Some(m) = bucket_model.as_mut() {
-                    m.drain(now);
-                }
+                bucket_model = bucket
+                    .as_ref()
+                    .map(|b| GcraModel::drained(b.interval_ns(), b.burst(), now));
+                bucket_drained = true;
                 ratio = ratio.map(|r| r.drained(now));
-                if let Some(m) = bank.as_mut() {
-                    (m.deposits, m.marks, m.newest, m.late) = (0, [(0, 0); 2], 0, 0);
+                if let Some(r) = &ratio {
+                    let reserve = r
+                        .reserve()
+                        .map(|res| GcraModel::drained(res.interval_ns(), res.burst(), now));
+                    reserve_drained = true;
+                    model = Some(RatioModel::new(new_bank(r), reserve));
                 }
-                if let Some(m) = reserve_model.as_mut() {
-                    m.drain(now);
-                }
-                (
-                    unspent,
-                    deposits,
-                    bucket_grants,
-                    ratio_grants,
-                    reserve_grants,
-                ) = (0, 0, 0, 0, 0);
+                (bucket_grants, ratio_grants, reserve_grants) = (0, 0, 0);
             }
             Op::Forward(d) => now = now.saturating_add(d.into()),
             Op::Back(d) => now = now.saturating_sub(d.into()),
@@ -354,24 +165,25 @@ fuzz_target!(|input: Input| {
             Op::Set(t) => now = t,
         }
         if let (Some(b), Some(m)) = (&bucket, &bucket_model) {
-            assert!(m.bound(bucket_grants));
+            assert!(m.within_bound(bucket_grants, !bucket_drained));
             assert!(b.balance_at(now) <= u64::from(b.burst()) * UNITS_PER_TOKEN);
             assert_eq!(u128::from(b.stats().grants), bucket_grants);
         }
-        if let (Some(r), Some(m)) = (&ratio, &bank) {
-            let cap = m.cap_at(now);
+        if let (Some(r), Some(m)) = (&ratio, &model) {
+            let cap = m.bank.cap_at(now);
             assert_eq!(u128::from(r.cap_units_at(now)), cap);
-            assert_eq!(u128::from(r.balance_at(now)), unspent.min(cap));
-            let earned = deposits * m.share;
+            assert_eq!(u128::from(r.balance_at(now)), m.balance(now));
+            let earned = m.bank.deposits * m.bank.share;
             // The cap counts real deposits only.
-            assert!(cap <= m.floor.max(earned));
+            assert!(cap <= m.bank.floor.max(earned));
             assert!((ratio_grants - reserve_grants) * unit <= earned);
             assert_eq!(u128::from(r.stats().grants), ratio_grants);
             if let Some(res) = r.reserve() {
                 assert_eq!(u128::from(res.stats().grants), reserve_grants);
-                assert!(reserve_model
+                assert!(m
+                    .reserve
                     .as_ref()
-                    .is_some_and(|m| m.bound(reserve_grants)));
+                    .is_some_and(|g| g.within_bound(reserve_grants, !reserve_drained)));
             }
         }
     }

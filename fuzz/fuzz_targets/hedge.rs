@@ -298,7 +298,10 @@ fn run<M: IndexMapping + FromRelativeAccuracy>(input: Input) {
                         // time too): a caller following it cannot spin.
                         TimerAction::Skip(reason) => {
                             let next = l.request.next_timer();
-                            assert!(next.is_none_or(|t| t > now), "{reason:?} at {now}: {next:?}");
+                            assert!(
+                                next.is_none_or(|t| t > now),
+                                "{reason:?} at {now}: {next:?}"
+                            );
                         }
                     }
                     assert!(l.request.attempts_sent() <= 8);

@@ -17,9 +17,7 @@
 use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
 use std::collections::BTreeMap;
-use tailguard::store::{
-    Collapse, CollapseSide, CollapsingStore, Highest, Lowest, StoreCollapse,
-};
+use tailguard::store::{Collapse, CollapseSide, CollapsingStore, Highest, Lowest, StoreCollapse};
 use tailguard::Store;
 
 #[derive(Arbitrary, Debug)]
@@ -54,7 +52,11 @@ fn key(anchor: Anchor, offset: u8) -> i32 {
 const MAX: u64 = u32::MAX as u64;
 
 /// Bins, saturated samples and collapse report of a store fed `keys`.
-fn model(side: Collapse, n: usize, keys: &BTreeMap<i32, u64>) -> (Vec<(i32, u32)>, u64, Option<StoreCollapse>) {
+fn model(
+    side: Collapse,
+    n: usize,
+    keys: &BTreeMap<i32, u64>,
+) -> (Vec<(i32, u32)>, u64, Option<StoreCollapse>) {
     let (Some((&lo, _)), Some((&hi, _))) = (keys.first_key_value(), keys.last_key_value()) else {
         return (vec![], 0, None);
     };
@@ -88,7 +90,10 @@ fn model(side: Collapse, n: usize, keys: &BTreeMap<i32, u64>) -> (Vec<(i32, u32)
     }
     let samples = samples.min(folded[&edge].min(MAX));
     (
-        folded.iter().map(|(&k, &c)| (k, c.min(MAX) as u32)).collect(),
+        folded
+            .iter()
+            .map(|(&k, &c)| (k, c.min(MAX) as u32))
+            .collect(),
         saturated(&folded),
         Some(StoreCollapse {
             samples,
@@ -110,7 +115,10 @@ impl<const N: usize, S: CollapseSide> Case<N, S> {
         assert_eq!(self.store.saturated(), saturated);
         let total: u64 = bins.iter().map(|&(_, c)| u64::from(c)).sum();
         assert_eq!(self.store.total(), total);
-        assert_eq!(self.store.key_range(), bins.first().zip(bins.last()).map(|(a, b)| (a.0, b.0)));
+        assert_eq!(
+            self.store.key_range(),
+            bins.first().zip(bins.last()).map(|(a, b)| (a.0, b.0))
+        );
         let mut below = 0u64;
         for &(k, c) in &bins {
             assert_eq!(self.store.count_of(k), c);
@@ -128,7 +136,10 @@ impl<const N: usize, S: CollapseSide> Case<N, S> {
 /// the first and last rank of every bucket, from both stores' side. Keys at
 /// both ends of `i32` put billions of empty keys between the two ranges,
 /// which the walk must step over.
-fn union_walk<const N: usize, S: CollapseSide>(a: &CollapsingStore<N, S>, b: &CollapsingStore<N, S>) {
+fn union_walk<const N: usize, S: CollapseSide>(
+    a: &CollapsingStore<N, S>,
+    b: &CollapsingStore<N, S>,
+) {
     let mut union: BTreeMap<i32, u64> = BTreeMap::new();
     for (k, c) in a.bins().chain(b.bins()) {
         *union.entry(k).or_default() += u64::from(c);
@@ -145,7 +156,9 @@ fn union_walk<const N: usize, S: CollapseSide>(a: &CollapsingStore<N, S>, b: &Co
 }
 
 fn run<const N: usize, S: CollapseSide>(ops: &[Op]) {
-    let mut case = Case::<N, S> { store: CollapsingStore::new() };
+    let mut case = Case::<N, S> {
+        store: CollapsingStore::new(),
+    };
     let mut keys: BTreeMap<i32, u64> = BTreeMap::new();
     for op in ops {
         match op {

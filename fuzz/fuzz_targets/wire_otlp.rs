@@ -7,7 +7,6 @@
 
 use libfuzzer_sys::fuzz_target;
 use std::collections::BTreeMap;
-use tailguard::IndexMapping;
 use tailguard::mapping::ExponentialMapping;
 use tailguard::store::CollapsingLowestStore;
 use tailguard::wire::{
@@ -16,6 +15,7 @@ use tailguard::wire::{
     Temporality,
 };
 use tailguard::DDSketch;
+use tailguard::IndexMapping;
 
 type Sketch = DDSketch<ExponentialMapping, CollapsingLowestStore<64>, CollapsingLowestStore<64>>;
 
@@ -39,7 +39,9 @@ fuzz_target!(|input: (i8, Vec<(f64, u16)>, String, u64)| {
         let mut expected = [BTreeMap::new(), BTreeMap::new()];
         for &(v, w) in &kept {
             if v.abs() >= f64::MIN_POSITIVE {
-                *expected[usize::from(v < 0.0)].entry(at.index(v.abs())).or_insert(0u64) += w;
+                *expected[usize::from(v < 0.0)]
+                    .entry(at.index(v.abs()))
+                    .or_insert(0u64) += w;
             }
         }
         for (side, b) in expected.iter().zip([h.positive(), h.negative()]) {

@@ -1,7 +1,8 @@
 //! Exact integer models of the budgets, shared by the property tests that
 //! drive a budget and its model with the same operations: the token
 //! bucket's GCRA (with its stale-clock restart and the documented bound)
-//! and the ratio budget's traffic-scaled bank.
+//! and the ratio budget's traffic-scaled bank. The budget fuzz target
+//! (`fuzz/fuzz_targets/budget.rs`) includes this file too.
 #![allow(dead_code)]
 
 use tailguard::budget::{RatioBudget, TokenBucket, UNITS_PER_TOKEN};
@@ -139,8 +140,10 @@ impl GcraModel {
 /// cap is the floor.
 #[derive(Debug)]
 pub struct BankModel {
-    share: u128,
-    floor: u128,
+    /// Units a deposit earns.
+    pub share: u128,
+    /// The cap's floor (the cap itself without a window), in units.
+    pub floor: u128,
     window: Option<u64>,
     /// Deposits so far: `D`.
     pub deposits: u128,
@@ -261,7 +264,7 @@ pub enum Paid {
 pub struct RatioModel {
     pub bank: BankModel,
     pub unspent: u128,
-    reserve: Option<GcraModel>,
+    pub reserve: Option<GcraModel>,
 }
 
 impl RatioModel {
