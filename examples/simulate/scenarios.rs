@@ -1341,6 +1341,15 @@ pub fn failures(run_ns: u64, sweep: &[u64], seed: u64) -> Failures {
 /// Attempts a second at which the overload runs' backend saturates.
 pub const OVERLOAD_CAPACITY: f64 = 10_000.0;
 
+/// The overload scenario's cap on hedges in flight: a few milliseconds of
+/// the share's hedges at the capacity (15 % of 10 000 a second is 1.5 a
+/// millisecond).
+pub const OVERLOAD_IN_FLIGHT: u32 = 8;
+
+/// The overload row with the default budget and at most
+/// [`OVERLOAD_IN_FLIGHT`] hedges in flight.
+pub const IN_FLIGHT_ROW: &str = "adaptive p90 (ours, default, ≤ 8 hedges in flight)";
+
 /// The overload runs' backend: lognormal (median 2 ms, σ ≈ 0.3), 3 % of
 /// attempts ×8, stretched by `1 / (1 − ρ)` for the attempts sent in the
 /// last 100 ms against [`OVERLOAD_CAPACITY`].
@@ -1367,7 +1376,8 @@ pub struct Overload {
 
 /// Open loop at each of `utilisations` of the backend's capacity for
 /// `run_ns`: no hedging, and adaptive p90 with the default budget, with a
-/// bank of a second's earnings, and with a fixed cap of 10 tokens.
+/// bank of a second's earnings, with a fixed cap of 10 tokens, and with the
+/// default budget and at most [`OVERLOAD_IN_FLIGHT`] hedges in flight.
 pub fn overload(utilisations: &[f64], run_ns: u64, seed: u64) -> Vec<Overload> {
     let backend = overload_backend();
     utilisations
@@ -1401,6 +1411,10 @@ pub fn overload(utilisations: &[f64], run_ns: u64, seed: u64) -> Vec<Overload> {
                             fixed_cap(RatioBudget::DEFAULT_SHARE_BPS, 10),
                             Signal::Answer,
                         ),
+                    ),
+                    run(
+                        IN_FLIGHT_ROW,
+                        ours(HedgeConfig::DEFAULT.max_hedges_in_flight(OVERLOAD_IN_FLIGHT)),
                     ),
                 ],
             }

@@ -147,6 +147,16 @@ pub struct HedgeConfig {
     pub prior_delay_ns: Option<u64>,
     /// At most this many hedges in flight at once, across requests.
     /// Default `None` (only the budget limits them).
+    ///
+    /// Set it for a backend whose latency rises with its load: there a
+    /// burst of hedges the budget allows (about twice its share over
+    /// 100 ms) can push the backend into the slowness that asks for more,
+    /// and near capacity the default makes the tail far worse than no
+    /// hedging. A cap on hedges in flight throttles itself, since a hedge
+    /// to a slowed backend holds its slot longer. Size it by Little's law:
+    /// the share's hedge rate times a typical answer's latency (15 % of
+    /// 10 000 requests a second, 5 ms: about 8). See the README's
+    /// *overload* simulation.
     pub max_hedges_in_flight: Option<u32>,
     /// How long a hedge counts as in flight if its request is dropped
     /// without a final event: it stops counting between ¾ of this and this
