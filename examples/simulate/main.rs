@@ -42,7 +42,7 @@
 //! Rim & Lee, VLDB 2019). Its reference implementation is the Go library
 //! <https://github.com/bhope/hedge>; the article table's *published* rows
 //! are what that library's simulation (`go run .`: 50 000 requests, 20
-//! workers, lognormal mean 5 ms sd 2 ms, 5 % of requests ×10) printed, as
+//! workers, lognormal mean 5 ms sd 2 ms, 5 % of attempts ×10) printed, as
 //! the article publishes them. The *Go reference* rows are not that code:
 //! they rebuild its policy, as the article describes it, from our parts
 //! (`engine::GoReference`), and do not reproduce the published adaptive

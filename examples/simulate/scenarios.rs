@@ -1350,6 +1350,9 @@ pub const OVERLOAD_IN_FLIGHT: u32 = 8;
 /// [`OVERLOAD_IN_FLIGHT`] hedges in flight.
 pub const IN_FLIGHT_ROW: &str = "adaptive p90 (ours, default, ≤ 8 hedges in flight)";
 
+/// The same with twice [`OVERLOAD_IN_FLIGHT`]: a cap sized too large.
+pub const IN_FLIGHT_TWICE_ROW: &str = "adaptive p90 (ours, default, ≤ 16 hedges in flight)";
+
 /// The overload runs' backend: lognormal (median 2 ms, σ ≈ 0.3), 3 % of
 /// attempts ×8, stretched by `1 / (1 − ρ)` for the attempts sent in the
 /// last 100 ms against [`OVERLOAD_CAPACITY`].
@@ -1377,7 +1380,8 @@ pub struct Overload {
 /// Open loop at each of `utilisations` of the backend's capacity for
 /// `run_ns`: no hedging, and adaptive p90 with the default budget, with a
 /// bank of a second's earnings, with a fixed cap of 10 tokens, and with the
-/// default budget and at most [`OVERLOAD_IN_FLIGHT`] hedges in flight.
+/// default budget and at most [`OVERLOAD_IN_FLIGHT`] hedges in flight, and
+/// twice that.
 pub fn overload(utilisations: &[f64], run_ns: u64, seed: u64) -> Vec<Overload> {
     let backend = overload_backend();
     utilisations
@@ -1415,6 +1419,10 @@ pub fn overload(utilisations: &[f64], run_ns: u64, seed: u64) -> Vec<Overload> {
                     run(
                         IN_FLIGHT_ROW,
                         ours(HedgeConfig::DEFAULT.max_hedges_in_flight(OVERLOAD_IN_FLIGHT)),
+                    ),
+                    run(
+                        IN_FLIGHT_TWICE_ROW,
+                        ours(HedgeConfig::DEFAULT.max_hedges_in_flight(2 * OVERLOAD_IN_FLIGHT)),
                     ),
                 ],
             }

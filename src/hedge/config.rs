@@ -153,10 +153,14 @@ pub struct HedgeConfig {
     /// 100 ms) can push the backend into the slowness that asks for more,
     /// and near capacity the default makes the tail far worse than no
     /// hedging. A cap on hedges in flight throttles itself, since a hedge
-    /// to a slowed backend holds its slot longer. Size it by Little's law:
-    /// the share's hedge rate times a typical answer's latency (15 % of
-    /// 10 000 requests a second, 5 ms: about 8). See the README's
-    /// *overload* simulation.
+    /// to a slowed backend holds its slot longer. Size it by Little's law
+    /// from the backend at a moderate load, and err low: the share times
+    /// its rate at capacity times its p50 at, say, 60 % of capacity (15 %
+    /// of 10 000 requests a second, 5 ms: about 8); twice too many is
+    /// worse than none. The slot is freed when the request ends, so where
+    /// cancelled attempts keep running on the backend the cap does not
+    /// bound their work; and with headroom at or below the share, do not
+    /// hedge at all. See the README's *overload* simulation.
     pub max_hedges_in_flight: Option<u32>,
     /// How long a hedge counts as in flight if its request is dropped
     /// without a final event: it stops counting between ¾ of this and this
