@@ -122,21 +122,30 @@ const NORMALIZE_SHIFT: u32 = 16;
 /// Late stamps are a minority. Once more than 64 of them make up most of
 /// the newest window's deposits, the newest window was a stamp ahead of
 /// the others (a thread whose clock leads), or the clock stepped back for
-/// good, and the late time's window is marked: one stamp up to 16 windows
-/// ahead costs at most those 64 deposits in the cap (without this rule,
-/// all traffic counted in the stamp's window until real time reached it:
-/// a bank of 750 tokens, 5 windows' earnings, for a stamp 500 ms ahead).
+/// good, and the late time's window is marked: after one stamp up to 16
+/// windows ahead, at most those 64 deposits count in the wrong window
+/// (without this rule, all traffic counted in the stamp's window until
+/// real time reached it: a bank of 750 tokens, 5 windows' earnings, for a
+/// stamp 500 ms ahead). The stamp itself marks its window, though, and a
+/// mark gives up the bank above that window's cap: one stamp two windows
+/// ahead or more empties the bank down to the floor at once (fails
+/// closed; at 10 000 requests a second and the default 15 %, 150 tokens
+/// down to 10), and on-time traffic earns it back within two windows.
 /// A thread whose clock keeps leading (one request in 100 stamped 150 ms
 /// to 1 s ahead) re-marks windows again and again, and keeps the bank
 /// near its floor: it fails closed (the share is still granted to a
 /// steady demand), but burst capacity is lost.
 ///
 /// Any other timestamp in a window whose mark is for another window
-/// (later, earlier, or decades away) marks it anew. After a jump far ahead
-/// and back, or a jump back, counting restarts from the true time (for a
-/// jump back of 16 windows or less, after the run of late stamps above):
-/// the cap falls to the floor (fails closed) and follows traffic again
-/// within a window. A stamp ahead whose window the clock then reaches
+/// (later, earlier, or decades away) marks it anew. After a jump back,
+/// counting restarts from the true time (for a jump back of 16 windows or
+/// less, after the run of late stamps above): the cap falls to the floor
+/// (fails closed) and follows traffic again within a window. After a jump
+/// far ahead and back, the same when the window ahead shared the true
+/// window's mark (window numbers of the same parity); otherwise the true
+/// window's own mark is still there and its count goes on from it, stamp
+/// ahead included: the cap is the true window's traffic, as if the jump
+/// had not happened, less the bank the stamp's mark gave up. A stamp ahead whose window the clock then reaches
 /// still holds its mark: that window counts from the stamp, up to two
 /// windows' traffic once. A count that would read above 2³¹ (a mark
 /// written after a later window's: two threads marking at once, or a
@@ -1187,6 +1196,56 @@ mod tests {
             // And the budget still follows traffic afterwards.
             traffic(&b, end, 200 * MS, 2_000);
             assert_eq!(spend(&b, end + 200 * MS), 150, "{ahead} ms ahead");
+        }
+    }
+
+    #[test]
+    fn one_stamp_two_or_more_windows_ahead_gives_up_the_bank_above_the_floor() {
+        // What the *Time* docs say a stamp ahead costs: its mark gives up
+        // the bank above its window's cap, the floor (150 tokens down to
+        // 10 at 10 000 a second), and on-time traffic earns it back within
+        // two windows. One window ahead (the next window), the window
+        // before is counted and nothing is lost.
+        const MS: u64 = 1_000_000;
+        for windows_ahead in [1_u64, 2, 5, 16] {
+            let b = RatioBudget::default(); // 15 %, floor 10, 100 ms windows
+            let t0 = 3_600 * SEC;
+            traffic(&b, t0, 100 * MS, 1_000);
+            let now = t0 + 100 * MS - 1;
+            assert_eq!(b.balance_at(now), 150 * UNITS_PER_TOKEN);
+            b.on_request(t0 + windows_ahead * 100 * MS);
+            let left = b.balance_at(now) / UNITS_PER_TOKEN;
+            let expected = if windows_ahead == 1 { 150 } else { 10 };
+            assert_eq!(left, expected, "{windows_ahead} windows ahead");
+            // Back to the full bank within two windows of traffic (more
+            // once the clock reaches the stamp's window, which counts from
+            // the stamp: up to two windows' earnings once, as documented).
+            let from = t0 + 100 * MS;
+            traffic(&b, from, 200 * MS, 2_000);
+            let spent = spend(&b, from + 200 * MS);
+            assert!(
+                (150..=300).contains(&spent),
+                "{windows_ahead} windows ahead: {spent}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_jump_far_ahead_and_back_restarts_or_keeps_the_true_window_s_count() {
+        // The *Time* docs: back from a window of the same parity, whose
+        // mark took the true window's slot, counting restarts (the cap is
+        // the floor); from one of the other parity the true window's mark
+        // is still there, and its count goes on, the stamp ahead included.
+        const MS: u64 = 1_000_000;
+        for (ahead, cap) in [(10_100_u64, 10_000_u64), (10_101, 52_000)] {
+            let Ok(b) = RatioBudget::new(1_000, 1) else {
+                unreachable!()
+            };
+            traffic(&b, 100 * 100 * MS, 100 * MS, 50); // window 100
+            b.on_request(ahead * 100 * MS);
+            let back = 100 * 100 * MS + 99 * MS;
+            b.on_request(back);
+            assert_eq!(b.cap_units_at(back), cap, "window {ahead}");
         }
     }
 

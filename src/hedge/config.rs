@@ -76,7 +76,8 @@ pub struct HedgeConfig {
     /// everything after two periods without a sample. Default 30 s.
     pub rotation_period_ns: u64,
     /// A window also rotates as soon as its current half holds this many
-    /// samples, so that at high rates the delay follows a change within
+    /// answers (exact samples; censored ones beside them do not count), so
+    /// that at high rates the delay follows a change within
     /// seconds. Default `None`: [`Rotation::samples_for_quantile`] of
     /// `quantile` (1 000 at p90, 10 000 at p99). Never fewer than
     /// `min_samples` (a smaller count rotates at `min_samples`): a window
@@ -198,7 +199,9 @@ pub struct HedgeConfig {
     /// measurably slower than the estimate, so the hedge rate stays at or
     /// below `1 − quantile` (fails closed; below it by the tick's share
     /// where latencies span few ticks: nothing can tell the slow requests
-    /// apart there), and the delay is never 0. Timers that fire on ticks
+    /// apart there), and a delay from the windows is never 0 (the prior
+    /// delay and the minimum delay are taken as given: a prior of 0 with a
+    /// minimum of 0 still hedges at once). Timers that fire on ticks
     /// are then exact. A 32 kHz RTC (30.5 µs) hedges its share of
     /// millisecond latencies with or without it; tokio's timers, whose
     /// timestamps are exact but whose sleeps end on a millisecond, need it
@@ -530,7 +533,8 @@ pub enum ConfigError {
     ZeroTick,
     /// A minimum delay above the longest real latency (`max_sample_ns`):
     /// every answer would come before any hedge could go out. Lower the
-    /// minimum delay or raise `max_sample_ns`.
+    /// minimum delay or raise `max_sample_ns`. Checked only when hedging
+    /// is on (`max_hedges` above 0): otherwise no delay is ever used.
     MinDelayAboveMaxSample {
         /// The minimum delay.
         min_delay_ns: u64,

@@ -583,7 +583,8 @@ impl<K: Eq + Copy, B: HedgeBudget, const T: usize, S: Store, M: IndexMapping>
 
     /// The hedge delay a request to `target` would get at `now` (from its
     /// window, the aggregate window or the prior), `None` in cold start.
-    /// O(1); changes nothing.
+    /// A scan of the table's `T` slots, then O(1);
+    /// changes nothing.
     pub fn delay_ns(&self, target: &K, now: u64) -> Option<u64> {
         self.delay_at(self.table.find(target), now).map(|(d, _)| d)
     }

@@ -502,7 +502,9 @@ impl<M: IndexMapping, S: Store> LatencyWindow<M, S> {
     ///
     /// # Errors
     /// Never for latencies up to `u64::MAX` with the crate's mappings at
-    /// offset 0; the sketch's error otherwise, with nothing recorded.
+    /// offset 0; the sketch's error otherwise, with the sample not
+    /// recorded. Its timestamp still counts, as every timestamp does: it
+    /// may rotate the window, or empty it after an idle gap.
     // Always inlined on 64-bit targets, where a call returns the `Result`
     // through memory; on 32-bit ones, where flash is scarce, at the
     // compiler's choice.
