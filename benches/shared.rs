@@ -32,7 +32,7 @@ impl Common for SharedHedger {
     fn request(&self, now: u64, latency: u64) {
         let mut r = self.start(0, now, Idempotency::Idempotent);
         let out = self.on_commit(&mut r, Attempt::PRIMARY, now + latency);
-        black_box((r.plan(), out));
+        let _ = black_box((r.plan(), out));
     }
 }
 
@@ -45,7 +45,7 @@ impl Common for Mutex<Hedger> {
             .lock()
             .unwrap()
             .on_commit(&mut r, Attempt::PRIMARY, now + latency);
-        black_box((r.plan(), out));
+        let _ = black_box((r.plan(), out));
     }
 }
 

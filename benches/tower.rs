@@ -136,7 +136,7 @@ impl Client for MutexHedger {
             .lock()
             .unwrap()
             .on_commit(&mut request, Attempt::PRIMARY, now());
-        black_box(outcome);
+        let _ = black_box(outcome);
         response
     }
 }
@@ -155,7 +155,7 @@ impl Client for SharedByHand {
         let mut request = self.hedger.start(0, now, Idempotency::Idempotent);
         let response = serve(&mut self.inner, i);
         let now = self.clock.now_ns();
-        black_box(self.hedger.on_commit(&mut request, Attempt::PRIMARY, now));
+        let _ = black_box(self.hedger.on_commit(&mut request, Attempt::PRIMARY, now));
         response
     }
 }

@@ -51,7 +51,7 @@ fn run(config: HedgeConfig, tick: u64, median: f64, seed: u64) -> (u64, u64, Vec
             requests += 1;
             delays.extend(r.delay_ns());
         }
-        h.on_commit(&mut r, winner.0, read(winner.1));
+        let _ = h.on_commit(&mut r, winner.0, read(winner.1));
     }
     (hedges, requests, delays)
 }

@@ -40,9 +40,9 @@ fn delays_after(config: HedgeConfig, n: u64) -> (Option<u64>, Option<u64>) {
     let mut t = SEC;
     for i in 0..n {
         let mut a = plain.start((), t, IDEMPOTENT);
-        plain.on_commit(&mut a, Attempt::PRIMARY, t + latency(i));
+        let _ = plain.on_commit(&mut a, Attempt::PRIMARY, t + latency(i));
         let mut b = shared.start(0, t, IDEMPOTENT);
-        shared.on_commit(&mut b, Attempt::PRIMARY, t + latency(i));
+        let _ = shared.on_commit(&mut b, Attempt::PRIMARY, t + latency(i));
         t += 10 * MS;
     }
     (plain.delay_ns(&(), t), shared.delay_ns(0, t))
@@ -109,7 +109,7 @@ fn a_small_store_refuses_what_it_cannot_span_and_keeps_what_it_can() {
             _ => 30 * MS + (i * 7 % 17) * MS,
         };
         let mut r = h.start((), t, IDEMPOTENT);
-        h.on_commit(&mut r, Attempt::PRIMARY, t + latency);
+        let _ = h.on_commit(&mut r, Attempt::PRIMARY, t + latency);
         if latency <= 100 * MS {
             kept.push(latency);
         }

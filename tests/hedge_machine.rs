@@ -593,7 +593,7 @@ fn targets_have_their_own_windows_and_the_table_evicts() {
     for (target, latency, n, t0) in [(1, 2 * MS, 12, 0), (2, 20 * MS, 6, 100 * MS)] {
         for i in 0..n {
             let mut r = h.start(target, t0 + i, IDEMPOTENT);
-            h.on_commit(&mut r, Attempt::PRIMARY, t0 + i + latency);
+            let _ = h.on_commit(&mut r, Attempt::PRIMARY, t0 + i + latency);
         }
     }
     let now = SEC;
@@ -911,11 +911,11 @@ proptest::proptest! {
             if timer {
                 if let Some(at) = r.next_timer() {
                     now = now.max(at);
-                    h.on_timer(&mut r, now);
+                    let _ = h.on_timer(&mut r, now);
                 }
             } else {
                 let a = Attempt(which % r.attempts_sent());
-                h.on_failure(&mut r, a, now, Failure::Retryable);
+                let _ = h.on_failure(&mut r, a, now, Failure::Retryable);
             }
         }
         let most = 1 + u32::from(max_hedges) + u32::from(max_retries);

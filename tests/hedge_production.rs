@@ -59,14 +59,14 @@ fn a_far_future_timestamp_changes_no_estimate() {
         // A request started at a far-future time, committed at a true one:
         // the commit comes "before" its send.
         let mut r = h.start((), bad, IDEMPOTENT);
-        h.on_commit(&mut r, Attempt::PRIMARY, t + 5 * MS);
+        let _ = h.on_commit(&mut r, Attempt::PRIMARY, t + 5 * MS);
         // A request committed at a far-future time: decades of latency.
         let mut r = h.start((), t, IDEMPOTENT);
-        h.on_commit(&mut r, Attempt::PRIMARY, bad);
+        let _ = h.on_commit(&mut r, Attempt::PRIMARY, bad);
         // A timer from the far future sends a hedge; its loss is refused too.
         let mut r = h.start((), t, IDEMPOTENT);
         if let TimerAction::SendHedge(a) = h.on_timer(&mut r, bad) {
-            h.on_commit(&mut r, a, bad);
+            let _ = h.on_commit(&mut r, a, bad);
         }
         let s = h.stats();
         assert_eq!(s.clock_anomalies, 1);
@@ -171,10 +171,10 @@ proptest! {
         let t = traffic(&mut h, &mut b, base, 50 * MS, 200);
         let mut r = h.start((), if event == 0 { bad } else { t }, IDEMPOTENT);
         match event {
-            0 | 1 => { h.on_commit(&mut r, Attempt::PRIMARY, if event == 1 { bad } else { t + 5 * MS }); }
+            0 | 1 => { let _ = h.on_commit(&mut r, Attempt::PRIMARY, if event == 1 { bad } else { t + 5 * MS }); }
             _ => {
                 if let TimerAction::SendHedge(a) = h.on_timer(&mut r, bad) {
-                    h.on_commit(&mut r, a, bad.saturating_add(MS));
+                    let _ = h.on_commit(&mut r, a, bad.saturating_add(MS));
                 }
             }
         }
@@ -233,7 +233,7 @@ fn dropped_requests_release_in_flight_capacity_after_the_lease() {
         TimerAction::SendHedge(_)
     ));
     // A finished request releases at once.
-    h.on_commit(&mut r, Attempt::PRIMARY, later + 2 * MS);
+    let _ = h.on_commit(&mut r, Attempt::PRIMARY, later + 2 * MS);
     assert_eq!(h.hedges_in_flight(later + 2 * MS), 1);
     let out = h.on_failure(&mut r2, Attempt(1), later + 3 * MS, Failure::Retryable);
     assert!(
@@ -453,7 +453,7 @@ fn a_newcomer_among_one_off_keys_gets_a_slot_from_quiet_targets() {
         let mut t = SEC;
         let request = |h: &mut Hedger<u64, Budget, 4>, key: u64, t: &mut u64| {
             let mut r = h.start(key, *t, IDEMPOTENT);
-            h.on_commit(&mut r, Attempt::PRIMARY, *t + MS);
+            let _ = h.on_commit(&mut r, Attempt::PRIMARY, *t + MS);
             *t += MS;
         };
         for i in 0..800u64 {
@@ -498,7 +498,7 @@ fn first_eviction_among_one_offs<const T: usize>(asks: u64) -> u64 {
     let mut t = SEC;
     let mut request = |h: &mut Hedger<u64, Budget, T>, key: u64| {
         let mut r = h.start(key, t, IDEMPOTENT);
-        h.on_commit(&mut r, Attempt::PRIMARY, t + MS);
+        let _ = h.on_commit(&mut r, Attempt::PRIMARY, t + MS);
         t += MS;
     };
     for i in 0..asks * T as u64 {
@@ -713,7 +713,7 @@ fn churn_cannot_refill_per_target_budgets() {
         let t = i * MS;
         let mut r = h.start((i % 2) as u32, t, IDEMPOTENT);
         let _ = h.on_timer(&mut r, t + MS);
-        h.on_commit(&mut r, Attempt::PRIMARY, t + 2 * MS);
+        let _ = h.on_commit(&mut r, Attempt::PRIMARY, t + 2 * MS);
     }
     assert!(h.stats().hedges_sent <= 2, "{:?}", h.stats());
     assert!(h.stats().evictions >= 998);
@@ -728,8 +728,8 @@ fn an_evicted_target_with_an_unlimited_budget_still_hedges() {
     let mut b = h.start(2, 0, IDEMPOTENT); // evicts target 1
     assert!(matches!(h.on_timer(&mut a, MS), TimerAction::SendHedge(_)));
     assert!(matches!(h.on_timer(&mut b, MS), TimerAction::SendHedge(_)));
-    h.on_commit(&mut a, Attempt::PRIMARY, 2 * MS);
-    h.on_commit(&mut b, Attempt(1), 2 * MS);
+    let _ = h.on_commit(&mut a, Attempt::PRIMARY, 2 * MS);
+    let _ = h.on_commit(&mut b, Attempt(1), 2 * MS);
     let s = h.stats();
     assert_eq!(s.budget_denials, 0);
     assert_eq!(
@@ -930,7 +930,7 @@ fn the_delay_cannot_feed_on_its_own_censoring_times() {
         let TimerAction::SendHedge(hedge) = h.on_timer(&mut r, at) else {
             panic!()
         };
-        h.on_commit(&mut r, hedge, at + MS);
+        let _ = h.on_commit(&mut r, hedge, at + MS);
         t += MS;
     }
     let delay = h.delay_ns(&(), t).unwrap();
@@ -1014,7 +1014,7 @@ fn one_off_targets_do_not_evict_a_busy_one() {
                 1_000 + i
             };
             let mut r = h.start(key, i * MS, IDEMPOTENT);
-            h.on_commit(&mut r, Attempt::PRIMARY, i * MS + 1);
+            let _ = h.on_commit(&mut r, Attempt::PRIMARY, i * MS + 1);
             if i > 10 && h.window(&0).is_none() {
                 lost += 1;
             }

@@ -597,8 +597,8 @@ fn a_burst_is_published_in_batches_and_a_trickle_at_once() {
     let answer = |now: u64, latency: u64, plain: &mut Hedger<usize, Budget, 1>| {
         let mut a = plain.start(0, now, IDEMPOTENT);
         let mut b = shared.start(0, now, IDEMPOTENT);
-        plain.on_commit(&mut a, Attempt::PRIMARY, now + latency);
-        shared.on_commit(&mut b, Attempt::PRIMARY, now + latency);
+        let _ = plain.on_commit(&mut a, Attempt::PRIMARY, now + latency);
+        let _ = shared.on_commit(&mut b, Attempt::PRIMARY, now + latency);
     };
     // A trickle, 10 ms apart (warming up, then warm): each sample at once.
     let mut now = SEC;
@@ -653,11 +653,11 @@ fn a_quiet_thread_s_batch_does_not_come_back_later() {
         SharedHedger::with_budget(config, Budget::Unlimited).unwrap();
     let one = |h: &SharedHedger<Budget, 1>, now: u64, latency: u64| {
         let mut r = h.start(0, now, IDEMPOTENT);
-        h.on_commit(&mut r, Attempt::PRIMARY, now + latency);
+        let _ = h.on_commit(&mut r, Attempt::PRIMARY, now + latency);
     };
     let one_plain = |h: &mut Hedger<usize, Budget, 1>, now: u64, latency: u64| {
         let mut r = h.start(0, now, IDEMPOTENT);
-        h.on_commit(&mut r, Attempt::PRIMARY, now + latency);
+        let _ = h.on_commit(&mut r, Attempt::PRIMARY, now + latency);
     };
     for i in 0..100 {
         one(&shared, i * 10 * MS, 2 * MS);
@@ -928,7 +928,7 @@ fn targets_out_of_range_use_the_aggregate() {
     let one: SharedHedger = SharedHedger::new(config).unwrap();
     for i in 0..10 {
         let mut r = one.start(usize::MAX - i as usize, i * MS, IDEMPOTENT);
-        one.on_commit(&mut r, Attempt::PRIMARY, i * MS + 4 * MS);
+        let _ = one.on_commit(&mut r, Attempt::PRIMARY, i * MS + 4 * MS);
     }
     assert!(matches!(
         one.plan(3, 10 * MS),
@@ -948,7 +948,7 @@ fn targets_out_of_range_use_the_aggregate() {
             panic!("a prior delay hedges");
         };
         assert_eq!(r.route(hedge, 1), Ok(()));
-        routed.on_commit(&mut r, hedge, at + 2 * MS);
+        let _ = routed.on_commit(&mut r, hedge, at + 2 * MS);
     }
     let now = SEC + 100 * MS;
     assert!(matches!(

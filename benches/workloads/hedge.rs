@@ -13,7 +13,7 @@ pub fn warm(config: HedgeConfig, budget: Budget) -> (Hedger, u64) {
     let mut t = 0;
     for i in 0..1_000u64 {
         let mut r = h.start((), t, Idempotency::Idempotent);
-        h.on_commit(&mut r, Attempt::PRIMARY, t + 4 * MS + (i % 100) * 20_000);
+        let _ = h.on_commit(&mut r, Attempt::PRIMARY, t + 4 * MS + (i % 100) * 20_000);
         t += 10_000;
     }
     (h, t)
@@ -34,7 +34,7 @@ pub fn common_path(h: &mut Hedger, t: &mut u64, i: &mut u64) {
     let mut r = h.start((), *t, Idempotency::Idempotent);
     let latency = 4 * MS + (*i % 100) * 20_000;
     let out = h.on_commit(&mut r, Attempt::PRIMARY, *t + latency);
-    black_box((r.plan(), out));
+    let _ = black_box((r.plan(), out));
 }
 
 /// The hedged path's hedger. Every primary deposits a whole token (100 %

@@ -174,8 +174,13 @@ pub enum Plan {
 }
 
 /// What [`Hedger::on_timer`](super::Hedger::on_timer) decided.
+///
+/// Must be acted on: a [`SendHedge`](Self::SendHedge) ignored is a hedge the
+/// hedger counts as sent (a budget token spent, a censored sample recorded
+/// when the request ends) that never went out.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[must_use = "a SendHedge must be sent (the hedger counts it as sent), a GiveUp's attempts cancelled"]
 pub enum TimerAction {
     /// Send this hedge now; then arm the timer at
     /// [`Request::next_timer`].
@@ -198,6 +203,7 @@ pub enum TimerAction {
 /// What [`Hedger::on_commit`](super::Hedger::on_commit) decided.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[must_use = "a Won's losers must be cancelled, a Late answer discarded"]
 pub enum CommitOutcome {
     /// This attempt won: use its answer, cancel the others.
     Won {
@@ -230,6 +236,7 @@ pub enum Failure {
 /// What [`Hedger::on_failure`](super::Hedger::on_failure) decided.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[must_use = "a SendNow must be sent (the hedger counts it as sent), a GiveUp's attempts cancelled"]
 pub enum FailureOutcome {
     /// Send this attempt now (a retryable failure released it early); then
     /// arm the timer at [`Request::next_timer`].

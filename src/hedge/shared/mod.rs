@@ -158,11 +158,13 @@
 //!
 //! It is built on the stack and moved out (safe Rust cannot build in
 //! place): about 68 KiB at `T = 1`, 184 KiB at `T = 8` and 1.1 MiB at
-//! `T = 64`, a few times over while the compiler copies it. A hedger with
-//! dozens of targets overflows a 2 MiB thread stack (a tokio worker's, or
-//! any spawned thread's by default): build it once at startup, on the
-//! main thread or on a thread given room
-//! (`std::thread::Builder::stack_size`), and hand out the `Arc`.
+//! `T = 64`, a few times over while the compiler copies it (more in a
+//! debug build, which keeps every copy). A debug build with 16 targets
+//! already overflows a 2 MiB thread stack (a tokio worker's, a test
+//! thread's, or any spawned thread's by default; 12 fit), a release build
+//! with dozens: build it once at startup, on the main thread (8 MiB) or
+//! on a thread given room (`std::thread::Builder::stack_size`), and hand
+//! out the `Arc`.
 
 mod in_flight;
 mod lanes;
@@ -750,7 +752,7 @@ mod tests {
             window.fill_bucket(&hedger.params, 5 * MS, exact);
             let mut request = hedger.start(0, 0, Idempotency::Idempotent);
             if exact {
-                hedger.on_commit(&mut request, Attempt::PRIMARY, 5 * MS);
+                let _ = hedger.on_commit(&mut request, Attempt::PRIMARY, 5 * MS);
             } else {
                 hedger.abandon(&mut request, 5 * MS);
             }
@@ -774,7 +776,7 @@ mod tests {
             assert!(window.record(&hedger.params, 0, 3 * MS, true));
             window.fill_bucket(&hedger.params, 5 * MS, true);
             let mut request = hedger.start(target, 0, Idempotency::Idempotent);
-            hedger.on_commit(&mut request, Attempt::PRIMARY, 5 * MS);
+            let _ = hedger.on_commit(&mut request, Attempt::PRIMARY, 5 * MS);
             let s = hedger.stats();
             assert_eq!((s.samples, s.samples_refused), (0, 1), "target {target}");
         }
@@ -791,7 +793,7 @@ mod tests {
         for i in 0..4u64 {
             let t = i * 10;
             let mut r = hedger.start(target, t, Idempotency::NotIdempotent);
-            hedger.on_commit(&mut r, Attempt::PRIMARY, t + 3 * MS);
+            let _ = hedger.on_commit(&mut r, Attempt::PRIMARY, t + 3 * MS);
         }
         // The first published at once (cold), the rest wait.
         assert_eq!(hedger.aggregate.count(), 1);
@@ -809,7 +811,7 @@ mod tests {
         let hedger = SharedHedger::new(config).unwrap();
         // Warm, so that samples wait in the lane.
         let mut first = hedger.start(0, 0, Idempotency::NotIdempotent);
-        hedger.on_commit(&mut first, Attempt::PRIMARY, 3 * MS);
+        let _ = hedger.on_commit(&mut first, Attempt::PRIMARY, 3 * MS);
         let window = hedger.windows.first().unwrap();
         window.fill_bucket(&hedger.params, 5 * MS, true);
         let n = hedger.batch() as u64 * 2;
@@ -817,7 +819,7 @@ mod tests {
             // Within 1 ms of each other: batched.
             let t = 3 * MS + i;
             let mut r = hedger.start(0, t, Idempotency::NotIdempotent);
-            hedger.on_commit(&mut r, Attempt::PRIMARY, t + 5 * MS);
+            let _ = hedger.on_commit(&mut r, Attempt::PRIMARY, t + 5 * MS);
         }
         hedger.flush(4 * MS + n);
         let s = hedger.stats();
