@@ -177,7 +177,28 @@ pub enum Plan {
 ///
 /// Must be acted on: a [`SendHedge`](Self::SendHedge) ignored is a hedge the
 /// hedger counts as sent (a budget token spent, a censored sample recorded
-/// when the request ends) that never went out.
+/// when the request ends) that never went out. So it is `#[must_use]`, as
+/// are [`CommitOutcome`] and [`FailureOutcome`]:
+///
+/// ```compile_fail
+/// #![deny(unused_must_use)]
+/// use tailguard::hedge::{HedgeConfig, Hedger, Idempotency};
+///
+/// let mut hedger = Hedger::new(HedgeConfig::DEFAULT.prior_delay_ns(1_000)).unwrap();
+/// let mut req = hedger.start((), 0, Idempotency::Idempotent);
+/// hedger.on_timer(&mut req, 1_000); // error: unused `TimerAction`
+/// ```
+///
+/// ```
+/// #![deny(unused_must_use)]
+/// use tailguard::hedge::{HedgeConfig, Hedger, Idempotency, TimerAction};
+///
+/// let mut hedger = Hedger::new(HedgeConfig::DEFAULT.prior_delay_ns(1_000)).unwrap();
+/// let mut req = hedger.start((), 0, Idempotency::Idempotent);
+/// if let TimerAction::SendHedge(hedge) = hedger.on_timer(&mut req, 1_000) {
+///     let _ = hedge; // ... send it
+/// }
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 #[must_use = "a SendHedge must be sent (the hedger counts it as sent), a GiveUp's attempts cancelled"]
