@@ -11,6 +11,12 @@
 //! the caller. (The `no_std` core keeps its own guarantee: a dropped
 //! [`Request`] releases its hedges when their lease runs out.)
 //!
+//! It takes a [`SharedHedger`] only: its drop must reach the hedger from
+//! wherever the request is dropped, without a lock. A [`Hedger`](crate::hedge::Hedger)
+//! per thread or behind your mutex gets the same guarantee from a wrapper
+//! of yours whose `Drop` calls [`Hedger::abandon`](crate::hedge::Hedger::abandon)
+//! while the request still races ([`Request::is_finished`] says when).
+//!
 //! ```
 //! use std::sync::Arc;
 //! use tailguard::clock::MonotonicClock;
