@@ -751,14 +751,14 @@ impl<K: Eq + Copy, B: HedgeBudget, const T: usize, S: Store, M: IndexMapping>
     /// The counters of the budget `target` draws on: the shared one; with
     /// budgets per target, the target's own, or, for a target without a
     /// slot, the one those share (the prototype).
-    pub fn budget_stats(&self, target: &K) -> Option<crate::BudgetStats> {
+    pub fn budget_stats(&self, target: &K) -> crate::BudgetStats {
         let (BudgetScope::Shared(shared) | BudgetScope::PerTarget(shared)) = &self.budget;
         let own = self
             .table
             .find(target)
             .and_then(|i| self.table.get(i))
             .and_then(|t| t.budget.as_ref());
-        Some(own.unwrap_or(shared).stats())
+        own.unwrap_or(shared).stats()
     }
 
     /// The configuration.
