@@ -645,22 +645,26 @@ fn a_load_sensitive_backend_is_not_overloaded_by_the_default_bank() {
 
 #[test]
 fn near_capacity_a_cap_on_hedges_in_flight_keeps_the_tail_below_no_hedging_s() {
-    // At 70 % to 80 % of capacity the default budget's bursts push the
-    // backend into the slowness that spends them (at 80 %: p99 six times
-    // no hedging's); at most 8 hedges in flight throttles itself, since a
-    // hedge to a slowed backend holds its slot longer: p99 below 0.8 times
-    // no hedging's, p99.9 within 10 % of it. What the README's overload
-    // section recommends.
+    // From 75 % of capacity the default budget's bursts push the backend
+    // into the slowness that spends them (at 80 %: p99 six times no
+    // hedging's); at most 8 hedges in flight throttles itself, since a
+    // hedge to a slowed backend holds its slot longer: from 70 % to 80 %,
+    // p99 below 0.85 times no hedging's (0.5 to 0.8 in the README's runs),
+    // p99.9 within 10 % of it. What the README's overload section
+    // recommends.
     // 20 s, as the README's table: the first seconds' cold start weighs on
     // a shorter run's p99.9.
     for run in scenarios::overload(&[0.7, 0.8], 20 * SEC, SEED) {
         let rows = &run.rows;
         let none = by_name(rows, "no hedging");
         let default = by_name(rows, "adaptive p90 (ours, default)");
-        let capped = by_name(rows, scenarios::IN_FLIGHT_ROW);
+        let capped = by_name(
+            rows,
+            &scenarios::in_flight_row(scenarios::OVERLOAD_IN_FLIGHT),
+        );
         let u = run.utilisation;
         assert!(
-            capped.q.p99 < 0.8 * none.q.p99 && capped.q.p999 <= 1.1 * none.q.p999,
+            capped.q.p99 < 0.85 * none.q.p99 && capped.q.p999 <= 1.1 * none.q.p999,
             "{u}: capped {:?} vs none {:?}",
             capped.q,
             none.q

@@ -1346,12 +1346,12 @@ pub const OVERLOAD_CAPACITY: f64 = 10_000.0;
 /// millisecond).
 pub const OVERLOAD_IN_FLIGHT: u32 = 8;
 
-/// The overload row with the default budget and at most
-/// [`OVERLOAD_IN_FLIGHT`] hedges in flight.
-pub const IN_FLIGHT_ROW: &str = "adaptive p90 (ours, default, ≤ 8 hedges in flight)";
-
-/// The same with twice [`OVERLOAD_IN_FLIGHT`]: a cap sized too large.
-pub const IN_FLIGHT_TWICE_ROW: &str = "adaptive p90 (ours, default, ≤ 16 hedges in flight)";
+/// The name of the overload row with the default budget and at most `n`
+/// hedges in flight ([`OVERLOAD_IN_FLIGHT`], and twice that: a cap sized
+/// too large).
+pub fn in_flight_row(n: u32) -> String {
+    format!("adaptive p90 (ours, default, ≤ {n} hedges in flight)")
+}
 
 /// The overload runs' backend: lognormal (median 2 ms, σ ≈ 0.3), 3 % of
 /// attempts ×8, stretched by `1 / (1 − ρ)` for the attempts sent in the
@@ -1417,11 +1417,11 @@ pub fn overload(utilisations: &[f64], run_ns: u64, seed: u64) -> Vec<Overload> {
                         ),
                     ),
                     run(
-                        IN_FLIGHT_ROW,
+                        &in_flight_row(OVERLOAD_IN_FLIGHT),
                         ours(HedgeConfig::DEFAULT.max_hedges_in_flight(OVERLOAD_IN_FLIGHT)),
                     ),
                     run(
-                        IN_FLIGHT_TWICE_ROW,
+                        &in_flight_row(2 * OVERLOAD_IN_FLIGHT),
                         ours(HedgeConfig::DEFAULT.max_hedges_in_flight(2 * OVERLOAD_IN_FLIGHT)),
                     ),
                 ],

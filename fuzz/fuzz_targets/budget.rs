@@ -31,7 +31,8 @@ struct Input {
     share_bps: u16,
     /// The fixed cap, or the floor of a traffic-scaled bank.
     tokens: u8,
-    /// `None`: `fixed_cap`; `Some(0)`: `new` (1 s window); else the window.
+    /// `None`: `fixed_cap`; `Some(0)`: `new` (the default 100 ms window);
+    /// else the window.
     bank_window: Option<u64>,
     reserve: Option<(u64, u8)>,
     start: u64,
@@ -106,6 +107,15 @@ fuzz_target!(|input: Input| {
         m.reserve = Some(GcraModel::new(res.interval_ns(), res.burst()));
         ratio = ratio.take().map(|r| r.with_reserve(res));
     }
+    // The configurations as built: a drained copy must keep them, and the
+    // models after a drain are rebuilt from these, not from the copy.
+    let bucket_cfg = bucket.as_ref().map(|b| (b.interval_ns(), b.burst()));
+    let ratio_cfg = ratio.as_ref().map(|r| {
+        (
+            (r.share_bps(), r.floor_units(), r.bank_window_ns()),
+            r.reserve().map(|res| (res.interval_ns(), res.burst())),
+        )
+    });
     let mut reserve_drained = false;
     let unit = u128::from(UNITS_PER_TOKEN);
     // Bounds hold from the start, over the span of acquire times (grants ≤
@@ -143,19 +153,21 @@ fuzz_target!(|input: Input| {
                 bucket = bucket.map(|b| {
                     let d = b.drained(now);
                     assert_eq!(d.balance_at(now), 0);
+                    assert_eq!(Some((d.interval_ns(), d.burst())), bucket_cfg);
                     d
                 });
-                bucket_model = bucket
-                    .as_ref()
-                    .map(|b| GcraModel::drained(b.interval_ns(), b.burst(), now));
+                bucket_model = bucket_cfg.map(|(i, b)| GcraModel::drained(i, b, now));
                 bucket_drained = true;
                 ratio = ratio.map(|r| r.drained(now));
-                if let Some(r) = &ratio {
-                    let reserve = r
-                        .reserve()
-                        .map(|res| GcraModel::drained(res.interval_ns(), res.burst(), now));
+                if let (Some(r), Some(((share, floor, window), res))) = (&ratio, ratio_cfg) {
+                    let kept = (r.share_bps(), r.floor_units(), r.bank_window_ns());
+                    assert_eq!(kept, (share, floor, window));
+                    let kept_reserve = r.reserve().map(|x| (x.interval_ns(), x.burst()));
+                    assert_eq!(kept_reserve, res);
+                    let bank = BankModel::new(share.into(), floor.into(), window);
+                    let reserve = res.map(|(i, b)| GcraModel::drained(i, b, now));
                     reserve_drained = true;
-                    model = Some(RatioModel::new(new_bank(r), reserve));
+                    model = Some(RatioModel::new(bank, reserve));
                 }
                 (bucket_grants, ratio_grants, reserve_grants) = (0, 0, 0);
             }

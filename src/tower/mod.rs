@@ -109,8 +109,8 @@
 //! push it into the slowness that asks for more hedges, and the tail gets
 //! far worse than without hedging. Cap the hedges in flight there
 //! ([`max_hedges_in_flight`](crate::hedge::HedgeConfig::max_hedges_in_flight),
-//! whose docs say how to size it), and do not hedge a backend with less
-//! headroom than the budget's share.
+//! whose docs say how to size it), and do not hedge a backend with
+//! headroom at or below the budget's share.
 //!
 //! [`HedgeError<E>`] is an error for every inner error `E` that is
 //! `Debug + Display`, tower's `BoxError` included, so it turns into a
