@@ -340,6 +340,11 @@ pub struct Backend {
     pub failures: Option<FastFailures>,
     /// Latency that rises with load, if any.
     pub load: Option<LoadSensitivity>,
+    /// Each replica a single server taking its attempts in order: an
+    /// attempt's draw is its service time, and it first waits for the
+    /// work sent to its replica before it. A cancelled attempt keeps its
+    /// place and its work (nothing tells the server).
+    pub queued: bool,
 }
 
 /// One attempt's fate, drawn when it is sent.
@@ -366,6 +371,7 @@ impl Backend {
             replicas: Vec::new(),
             failures: None,
             load: None,
+            queued: false,
         }
     }
 
@@ -409,6 +415,13 @@ impl Backend {
     /// The same backend, its latency rising with load as `load` says.
     pub fn with_load(mut self, load: LoadSensitivity) -> Self {
         self.load = Some(load);
+        self
+    }
+
+    /// The same backend, each replica a FIFO single server
+    /// ([`Backend::queued`]).
+    pub fn queued(mut self) -> Self {
+        self.queued = true;
         self
     }
 
@@ -1072,6 +1085,10 @@ pub enum Routing {
     /// uniformly random replica this request has not used yet (if any is
     /// left), as a load balancer spreading a service's traffic would.
     Spread,
+    /// The primary goes to a uniformly random replica, hedge `k` to the
+    /// `k`-th replica after it (modulo the replicas): a client that tries
+    /// the next address in its list.
+    Next,
 }
 
 /// What to run. Each user request fans out to `fanout` backend requests and
@@ -1309,6 +1326,8 @@ struct Sub<R> {
     attempts: [Live; 8],
     /// Replicas its attempts went to (bit mask, replicas 0..64).
     replicas_used: u64,
+    /// The replica its primary went to.
+    primary_replica: u32,
     /// Raced on headers: the winner, now awaited for its answer.
     winner: Option<u8>,
 }
@@ -1361,6 +1380,8 @@ struct Engine<'a, C: Client> {
     out: Outcome,
     /// Send times within the load window of a load-sensitive backend.
     recent: VecDeque<u64>,
+    /// When each replica of a queued backend has done the work sent to it.
+    free_at: Vec<u64>,
 }
 
 /// The slot number of arrival events.
@@ -1392,6 +1413,7 @@ pub fn simulate<C: Client>(
         next_sample: 0,
         out: Outcome::default(),
         recent: VecDeque::new(),
+        free_at: vec![0; backend.replica_count() as usize],
     };
     match workload.arrivals {
         Arrivals::ClosedLoop { workers } => {
@@ -1527,6 +1549,7 @@ impl<C: Client> Engine<'_, C> {
             try_no,
             attempts: [Live::default(); 8],
             replicas_used: 0,
+            primary_replica: 0,
             winner: None,
         };
         let slot = match self.free.pop() {
@@ -1583,7 +1606,15 @@ impl<C: Client> Engine<'_, C> {
                 let sub = self.slots[slot].sub.as_ref().expect("live slot");
                 self.users[sub.user].target % n
             }
-            Routing::Spread => {
+            Routing::Next if attempt > 0 => {
+                let used = self.slots[slot]
+                    .sub
+                    .as_ref()
+                    .expect("live slot")
+                    .primary_replica;
+                (used + u32::from(attempt)) % n
+            }
+            Routing::Spread | Routing::Next => {
                 let used = self.slots[slot]
                     .sub
                     .as_ref()
@@ -1617,6 +1648,16 @@ impl<C: Client> Engine<'_, C> {
             draw.answer_ns = stretched(draw.answer_ns, factor);
             draw.headers_ns = draw.headers_ns.map(|h| stretched(h, factor));
         }
+        if self.backend.queued {
+            // Service starts when the work queued before it is done.
+            let free = &mut self.free_at[replica as usize];
+            let wait = free.saturating_sub(now);
+            let service = draw.fail_ns.unwrap_or(draw.answer_ns);
+            *free = now + wait + service;
+            draw.answer_ns += wait;
+            draw.headers_ns = draw.headers_ns.map(|h| h + wait);
+            draw.fail_ns = draw.fail_ns.map(|f| f + wait);
+        }
         let sub = self.sub(slot);
         sub.attempts[usize::from(attempt)] = Live {
             sent_at: now,
@@ -1624,6 +1665,9 @@ impl<C: Client> Engine<'_, C> {
         };
         if replica < 64 {
             sub.replicas_used |= 1 << replica;
+        }
+        if attempt == 0 {
+            sub.primary_replica = replica;
         }
         let user = sub.user;
         if attempt == 0 && draw.slow {
@@ -1646,7 +1690,7 @@ impl<C: Client> Engine<'_, C> {
         self.second(now).hedges += 1;
         let replica = self.replica_for(slot, attempt);
         let key = match self.workload.routing {
-            Routing::Spread => replica,
+            Routing::Spread | Routing::Next => replica,
             Routing::ToTarget => {
                 let sub = self.slots[slot].sub.as_ref().expect("live slot");
                 self.users[sub.user].target

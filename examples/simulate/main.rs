@@ -34,6 +34,9 @@
 //! - `overload`: a backend whose latency rises with its load, at 60 % to
 //!   80 % of its capacity; the default bank against a second's, a fixed
 //!   cap, and a cap on hedges in flight.
+//! - `queued`: replicas that serve their attempts in order, at 30 % to 75 %
+//!   of their capacity, cancelled attempts keeping their place; hedges to
+//!   a random replica or the next one, with and without a cap in flight.
 //!
 //! Sources. *The article* is Prathamesh Bhope's "Stragglers are not
 //! failures: how adaptive hedged requests cut p99 latency by 74 %" (title
@@ -168,6 +171,9 @@ enum Scenario {
     /// capacity: the default bank against a second's, a fixed cap, and a
     /// cap on hedges in flight
     Overload,
+    /// Replicas that each serve their attempts in order, at 30 % to 75 %
+    /// of their capacity; cancelled attempts keep their place
+    Queued,
 }
 
 impl Scenario {
@@ -302,6 +308,18 @@ fn main() -> ExitCode {
         );
         print_overload(
             &scenarios::overload(&[0.6, 0.7, 0.75, 0.8], run_ns, seed),
+            run_ns,
+            &mut out,
+        );
+    }
+    if run(Scenario::Queued) {
+        let run_ns = scaled_ns(20, n);
+        note(
+            Scenario::Queued,
+            format!("4 loads × {} s of virtual time", run_ns / SEC),
+        );
+        print_queued(
+            &scenarios::queued(&[0.3, 0.45, 0.6, 0.75], run_ns, seed),
             run_ns,
             &mut out,
         );
@@ -643,6 +661,23 @@ fn print_overload(runs: &[scenarios::Overload], run_ns: u64, csv: &mut Output) {
         run_ns / SEC
     );
     println!("Hedges add load, and load adds latency: a bank a burst of stragglers spends in a few milliseconds pushes the backend into the slowness that spends it. The default bank holds 100 ms of earnings; near capacity only a cap on hedges in flight keeps the tail below no hedging's (a hedge to a slowed backend holds its slot longer, so the hedge rate falls as latency rises).\n");
+    print_utilisation_table(runs, "overload.csv", csv);
+}
+
+fn print_queued(runs: &[scenarios::Overload], run_ns: u64, csv: &mut Output) {
+    println!(
+        "## queued: Poisson arrivals at 30 %, 45 %, 60 % and 75 % of the capacity of {} replicas ({:.0} attempts a second) for {} s; each replica serves its attempts one at a time in arrival order, lognormal(median 2 ms, σ 0.3) of service, 3 % of attempts ×8; a primary goes to a random replica, its hedge to another; a cancelled attempt keeps its place in the queue\n",
+        scenarios::QUEUED_REPLICAS,
+        scenarios::QUEUED_CAPACITY,
+        run_ns / SEC
+    );
+    println!("A queue makes latency follow load at any utilisation: a straggler holds up the attempts behind it, they all pass the delay together, and their hedges queue behind the work on another replica.\n");
+    print_utilisation_table(runs, "queued.csv", csv);
+}
+
+/// One table row (and CSV line, into `file`) for each run at each
+/// utilisation.
+fn print_utilisation_table(runs: &[scenarios::Overload], file: &str, csv: &mut Output) {
     println!("| utilisation | strategy | p50 | p90 | p95 | p99 | p99.9 | extra load |");
     println!("|---|---|---|---|---|---|---|---|");
     let mut s =
@@ -660,7 +695,7 @@ fn print_overload(runs: &[scenarios::Overload], run_ns: u64, csv: &mut Output) {
         }
     }
     println!();
-    csv.write("overload.csv", &s);
+    csv.write(file, &s);
 }
 
 /// A CSV line for `r`, after a first column `lead`: strategy, users,

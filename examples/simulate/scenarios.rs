@@ -1350,7 +1350,8 @@ pub const OVERLOAD_IN_FLIGHT: u32 = 8;
 /// hedges in flight ([`OVERLOAD_IN_FLIGHT`], and twice that: a cap sized
 /// too large).
 pub fn in_flight_row(n: u32) -> String {
-    format!("adaptive p90 (ours, default, ≤ {n} hedges in flight)")
+    let hedges = if n == 1 { "hedge" } else { "hedges" };
+    format!("adaptive p90 (ours, default, ≤ {n} {hedges} in flight)")
 }
 
 /// The overload runs' backend: lognormal (median 2 ms, σ ≈ 0.3), 3 % of
@@ -1429,3 +1430,64 @@ pub fn overload(utilisations: &[f64], run_ns: u64, seed: u64) -> Vec<Overload> {
         })
         .collect()
 }
+
+/// Replicas of the queued scenario's backend.
+pub const QUEUED_REPLICAS: u32 = 4;
+
+/// The queued scenario's backend: [`QUEUED_REPLICAS`] replicas, each a FIFO
+/// single server ([`Backend::queued`]) whose service time is lognormal
+/// (mean 2.1 ms, median 2 ms), 3 % of attempts ×8.
+pub fn queued_backend() -> Backend {
+    Backend::new(Latency::Plain {
+        base: LogNormal::from_mean_sd(2.1, 0.64),
+        slow_prob: 0.03,
+        slow_factor: 8.0,
+    })
+    .with_replicas(vec![Replica::scaled(1.0); QUEUED_REPLICAS as usize])
+    .queued()
+}
+
+/// Attempts a second the queued backend serves at most: its replicas over
+/// the mean service time, 2.1 ms × (0.97 + 0.03 × 8) = 2.541 ms.
+pub const QUEUED_CAPACITY: f64 = QUEUED_REPLICAS as f64 * 1_000.0 / 2.541;
+
+/// Open loop at each of `utilisations` of [`QUEUED_CAPACITY`] for `run_ns`,
+/// each request's primary on a random replica: no hedging, then adaptive
+/// p90 with the default budget, alone and with at most one hedge in
+/// flight, its hedge on another random replica ([`Routing::Spread`]) and
+/// on the next one ([`Routing::Next`]).
+pub fn queued(utilisations: &[f64], run_ns: u64, seed: u64) -> Vec<Overload> {
+    let backend = queued_backend();
+    utilisations
+        .iter()
+        .map(|&u| {
+            let w = Workload::open_loop(u * QUEUED_CAPACITY, run_ns);
+            let run = |name: &str, routing: Routing, config: HedgeConfig| {
+                ours_row(name, ours(config), &backend, w.routing(routing), seed)
+            };
+            let one = HedgeConfig::DEFAULT.max_hedges_in_flight(1);
+            Overload {
+                utilisation: u,
+                rows: vec![
+                    run("no hedging", Routing::Spread, no_hedging()),
+                    run(
+                        "adaptive p90 (ours, default)",
+                        Routing::Spread,
+                        HedgeConfig::DEFAULT,
+                    ),
+                    run(&in_flight_row(1), Routing::Spread, one),
+                    run(QUEUED_NEXT_ROW, Routing::Next, HedgeConfig::DEFAULT),
+                    run(QUEUED_NEXT_CAPPED_ROW, Routing::Next, one),
+                ],
+            }
+        })
+        .collect()
+}
+
+/// The queued scenario's row whose hedges go to the replica after the
+/// primary's.
+pub const QUEUED_NEXT_ROW: &str = "adaptive p90 (ours, default), hedge to the next replica";
+
+/// [`QUEUED_NEXT_ROW`] with at most one hedge in flight.
+pub const QUEUED_NEXT_CAPPED_ROW: &str =
+    "adaptive p90 (ours, default, ≤ 1 hedge in flight), hedge to the next replica";
