@@ -36,7 +36,9 @@ use core::fmt;
 /// # Accuracy
 /// For every `q`, [`quantile(q)`](Self::quantile) returns a value `x̂`
 /// within relative distance α of the exact lower quantile
-/// `x = sorted[⌊q·(n−1)⌋]`: `|x̂ − x| ≤ α·|x|` exactly, in real arithmetic
+/// `x = sorted[⌊q·(n−1)⌋]` (the product `q·(n−1)` taken in `f64`, as
+/// `(q * (n − 1) as f64) as u64`: a `q` just below `1/3` of 4 samples is
+/// rank 1): `|x̂ − x| ≤ α·|x|` exactly, in real arithmetic
 /// on the doubles `x̂`, `x` and α (`mapping().relative_accuracy()`), with
 /// no rounding slack (the log-like mappings' buckets are narrower than `γ`
 /// by a margin that covers every rounding, see
@@ -232,7 +234,7 @@ impl DDSketch {
     /// [`SketchError::Mapping`] if α is not in `[1e-7, 1)`
     /// ([`MIN_RELATIVE_ACCURACY`](crate::mapping::MIN_RELATIVE_ACCURACY));
     /// [`ExponentialMapping`](crate::mapping::ExponentialMapping) needs
-    /// 3.3·10⁻⁷ at least (its finest scale, 20).
+    /// 3.3052·10⁻⁷ at least (its finest scale, 20).
     pub fn new(relative_accuracy: f64) -> Result<Self, SketchError> {
         Self::with_accuracy(relative_accuracy)
     }
@@ -246,7 +248,7 @@ impl<M: IndexMapping, P: Store, N: Store> DDSketch<M, P, N> {
     /// [`SketchError::Mapping`] if α is not in `[1e-7, 1)`
     /// ([`MIN_RELATIVE_ACCURACY`](crate::mapping::MIN_RELATIVE_ACCURACY));
     /// [`ExponentialMapping`](crate::mapping::ExponentialMapping) needs
-    /// 3.3·10⁻⁷ at least (its finest scale, 20).
+    /// 3.3052·10⁻⁷ at least (its finest scale, 20).
     pub fn with_accuracy(relative_accuracy: f64) -> Result<Self, SketchError>
     where
         M: FromRelativeAccuracy,
@@ -261,6 +263,14 @@ impl<M: IndexMapping, P: Store, N: Store> DDSketch<M, P, N> {
     // four); inlined at the compiler's choice elsewhere.
     #[cfg_attr(not(target_pointer_width = "64"), inline(never))]
     pub fn with_mapping(mapping: M) -> Self {
+        // A positive store that holds nothing would take positive values
+        // with `Ok` and count none of them: refused when the type is built.
+        const {
+            assert!(
+                P::CAPACITY > 0,
+                "the positive store must hold buckets (NoStore is for the negative side)"
+            )
+        };
         let mut sketch = Self {
             mapping,
             inner_low: 0,

@@ -451,3 +451,48 @@ fn store_size_is_as_documented() {
         4 * 16 + 32
     );
 }
+
+#[test]
+fn the_exponential_mapping_s_finest_accuracy_is_the_documented_one() {
+    // "3.3052·10⁻⁷ at least": scale 20's α is 3.30518…·10⁻⁷.
+    use tailguard::mapping::ExponentialMapping;
+    type Exp = DDSketch<ExponentialMapping>;
+    assert!(Exp::with_accuracy(3.3052e-7).is_ok());
+    for a in [3.3051e-7, 3.3e-7, 1e-7] {
+        assert_eq!(
+            Exp::with_accuracy(a).unwrap_err(),
+            SketchError::Mapping(MappingError::InvalidRelativeAccuracy(a)),
+            "{a}"
+        );
+    }
+}
+
+#[test]
+fn a_window_answer_is_within_alpha_plus_one_nanosecond() {
+    // The documented bound of whole-nanosecond answers: the float
+    // representative (1.98 for the bucket of 2 at α = 1 %) rounded down.
+    use tailguard::window::LatencyWindow;
+    let mut w: LatencyWindow = LatencyWindow::new(0.01, 30_000_000_000, 0.5).unwrap();
+    for l in [1u64, 2, 100] {
+        w.record(0, l).unwrap();
+    }
+    let p50 = w.quantile(0.5).unwrap().unwrap();
+    assert_eq!(p50, 1, "the float representative rounded down");
+    assert!((2.0 - p50 as f64) <= 0.01 * 2.0 + 1.0);
+}
+
+#[test]
+fn the_rank_rule_takes_q_times_n_minus_one_in_f64() {
+    // 1/3 as a double (0x3FD5555555555555) is just below a third, yet
+    // `q·3` rounds to 1.0: rank 1, as documented, not the real product's
+    // rank 0.
+    let q = 1.0f64 / 3.0;
+    assert_eq!(q.to_bits(), 0x3FD5_5555_5555_5555);
+    assert_eq!(q * 3.0, 1.0);
+    let mut s = DDSketch::new(0.01).unwrap();
+    for v in [1.0, 1e3, 1e6, 1e9] {
+        s.add(v).unwrap();
+    }
+    let x = s.quantile(q).unwrap().unwrap();
+    assert!((x - 1e3).abs() <= 0.01 * 1e3, "{x}");
+}

@@ -96,7 +96,7 @@ use core::f64::consts::{LN_2, LOG2_E};
 /// | 5 | 1.0219 | 1.08 % |
 /// | 6 | 1.0109 | 0.54 % |
 /// | 8 (Prometheus' finest) | 1.0027 | 0.135 % |
-/// | 20 (OpenTelemetry's finest) | 1 + 6.6·10⁻⁷ | 3.3·10⁻⁷ |
+/// | 20 (OpenTelemetry's finest) | 1 + 6.6·10⁻⁷ | 3.3052·10⁻⁷ |
 ///
 /// ```
 /// use tailguard::mapping::{ExponentialMapping, IndexMapping};

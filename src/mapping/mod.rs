@@ -147,7 +147,9 @@ pub trait IndexMapping: Copy + fmt::Debug + PartialEq {
     /// what a latency window's cached estimate reports. This default
     /// converts [`value`](Self::value) (`as u64`); [`LogLinearMapping`]
     /// overrides it with integer operations only, the real
-    /// `lower · (1 + α')` rounded down.
+    /// `lower · (1 + α')` rounded down. Rounding down adds up to one unit
+    /// to the relative error: the answer is within `α·x + 1` of any
+    /// integer `x` in the bucket.
     #[inline]
     fn value_u64(&self, index: i32) -> u64 {
         self.value(index) as u64

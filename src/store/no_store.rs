@@ -10,6 +10,16 @@ use super::{Store, StoreCollapse};
 /// they reach the store: latencies are never negative, and this halves the
 /// sketch's size. Its own [`add`](Store::add), which the sketch never calls,
 /// discards what it is given.
+///
+/// It cannot be the positive store: a sketch (or a window) whose positive
+/// store has [`CAPACITY`](Store::CAPACITY) 0 would take positive values and
+/// count none, so building one fails to compile.
+///
+/// ```compile_fail
+/// use tailguard::{CollapsingLowestStore, CubicMapping, DDSketch, NoStore};
+///
+/// let s = DDSketch::<CubicMapping, NoStore, CollapsingLowestStore<64>>::with_accuracy(0.01);
+/// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct NoStore;
 
