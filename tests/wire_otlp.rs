@@ -504,3 +504,20 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn a_sum_that_overflowed_is_left_out_not_exported_as_infinity() {
+    let mut s = DDSketch::<ExponentialMapping>::with_accuracy(0.01).unwrap();
+    s.add(1.7e308).unwrap();
+    s.add(1.7e308).unwrap();
+    assert_eq!(s.sum(), Some(f64::INFINITY));
+    let h = ExponentialHistogram::new(&s);
+    assert_eq!(h.sum(), None);
+    let p = decoded(&h);
+    assert_eq!(p.sum, None);
+    assert_eq!((p.count, p.max), (2, Some(1.7e308)));
+    // A finite sum is kept.
+    let mut s = DDSketch::<ExponentialMapping>::with_accuracy(0.01).unwrap();
+    s.add(1.7e308).unwrap();
+    assert_eq!(decoded(&ExponentialHistogram::new(&s)).sum, Some(1.7e308));
+}

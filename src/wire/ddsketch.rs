@@ -835,7 +835,11 @@ fn apply<M: IndexMapping, P: Store, N: Store>(
 ///   present: a key in both gets the sum, as the format says. One
 ///   deviation: a key repeated *within* `binCounts` is summed, where
 ///   protobuf's map semantics keep the last entry (remembering earlier keys
-///   would take memory; no known producer repeats a key).
+///   would take memory; no known producer repeats a key). Bytes that do
+///   (two encoded sketches concatenated, say) decode here otherwise than
+///   in a protobuf library, and in neither as the two sketches merged
+///   (the zero count, a scalar, keeps the second's): merge decoded
+///   sketches instead.
 /// * **Mapping**: the interpolation must be `M`'s
 ///   ([`InterpolationMismatch`](DecodeError::InterpolationMismatch)
 ///   otherwise), γ and offset are read as `convention` writes them

@@ -13,7 +13,9 @@
 //!   and [`encode_otlp_data_point`] / [`encode_otlp_metrics_request`] write
 //!   OTLP protobuf (the latter is an `ExportMetricsServiceRequest`, the body
 //!   of an OTLP/HTTP `POST /v1/metrics`). Prometheus ingests the same data
-//!   through its OTLP receiver as native histograms.
+//!   through its OTLP receiver as native histograms, when the points are
+//!   [`Cumulative`](Temporality::Cumulative) (it drops delta histograms
+//!   unless converted first).
 //!
 //! Every encoder says how long its output is before writing it (an exact
 //! `*_len` function, and a `const fn` bound where the length depends only on

@@ -45,7 +45,9 @@ use core::fmt;
 ///
 /// Prometheus native histograms use the same buckets with schema = scale
 /// (schemas −4 to 8); its OTLP receiver takes these data points as they are
-/// (and reduces finer scales to 8), but not a point downscaled below −4.
+/// (and reduces finer scales to 8), but not a point downscaled below −4,
+/// and only with cumulative temporality
+/// ([`Temporality::Cumulative`](crate::wire::Temporality::Cumulative)).
 ///
 /// ```
 /// use tailguard::mapping::ExponentialMapping;
@@ -162,8 +164,10 @@ impl<'a, P: Store, N: Store> ExponentialHistogram<'a, P, N> {
     }
 
     /// The sum of the samples counted in [`count`](Self::count); `None`
-    /// when empty or when a sample was negative (OTLP: "sum should not be
-    /// filled out" then).
+    /// when empty, when a sample was negative (OTLP: "sum should not be
+    /// filled out" then), or when the sum is not finite (samples near
+    /// `f64::MAX` overflow it to infinity, which would make a consumer's
+    /// mean infinite for every later point of a cumulative series).
     ///
     /// Without saturation this is [`DDSketch::sum`], bit for bit. Samples
     /// that a full bucket dropped ([`DDSketch::saturated`]) are in the
@@ -196,11 +200,13 @@ impl<'a, P: Store, N: Store> ExponentialHistogram<'a, P, N> {
         if !no_negatives {
             return None;
         }
-        if self.sketch.saturated() == 0 {
-            return self.sketch.sum();
-        }
-        // `mean` is `sum / (count + saturated)`, clamped into `[min, max]`.
-        self.sketch.mean().map(|m| m * self.sketch.count() as f64)
+        let sum = if self.sketch.saturated() == 0 {
+            self.sketch.sum()
+        } else {
+            // `mean` is `sum / (count + saturated)`, clamped into `[min, max]`.
+            self.sketch.mean().map(|m| m * self.sketch.count() as f64)
+        };
+        sum.filter(|s| s.is_finite())
     }
 
     /// The exact smallest sample, `None` when empty.

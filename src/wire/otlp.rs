@@ -67,11 +67,12 @@ pub struct OtlpPoint<'a> {
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub enum Temporality {
     /// Each point covers only its own window: the sketch is cleared after
-    /// each export.
+    /// each export. What DataDog's OTLP intake prefers.
     #[default]
     Delta = 1,
     /// Each point covers everything since the start time: the sketch is
-    /// never cleared.
+    /// never cleared. What Prometheus's OTLP receiver needs for histograms
+    /// (it drops delta ones unless they are converted first).
     Cumulative = 2,
 }
 
@@ -294,7 +295,7 @@ pub fn otlp_data_point_len<P: Store, N: Store>(
 /// into `buffer`; returns the bytes written. Counts are written as the
 /// packed `uint64` varints OTLP declares; zero-valued fields are left out;
 /// `sum`, `min` and `max` are present whenever the point is non-empty
-/// (`sum` only without negative samples, and as
+/// (`sum` only without negative samples and when finite, and as
 /// [`ExponentialHistogram::sum`] gives it: the sum of the counted samples,
 /// so that `sum / count` is the sketch's mean even once a bucket has
 /// saturated).
