@@ -22,14 +22,20 @@ use core::f64::consts::{LN_2, LOG2_E};
 /// * an exact power of two (`f = 0`) is in bucket `e · 2^s − 1` (scales
 ///   `>= 0`) or `(e − 1) >> −s` (scales `< 0`): the bucket it closes;
 /// * otherwise, at scales `<= 0`, `e >> −s`, exactly; at positive scales
-///   `e · 2^s + ⌊log2(1 + f) · 2^s⌋`, the fraction through `log1p`.
+///   `e · 2^s + ⌊log2(1 + f) · 2^s⌋`, the fraction through `log1p`;
+/// * and where that float lands within 2⁻²⁴ of a whole sub-bucket (its
+///   error is below 2⁻³¹), the sub-bucket is settled in integers: the
+///   exponent of `(1 + f)^(2^s)`, squared `s` times with 128-bit mantissas
+///   rounded down and up, which both bounds agree on unless `1 + f` lies
+///   within about 2⁻¹⁰⁶ of a boundary relatively (no double is known to;
+///   the float's answer would stand).
 ///
-/// The last line is the one place where floating point decides: like the
-/// specification's `⌊ln(v) · 2^s / ln 2⌋` it may put a value within a few
-/// ulps of an irrational boundary in the neighbouring bucket, but its integer
-/// part is exact, so it is right for every power of two and their float
-/// neighbours (which the plain logarithm formula gets wrong at high scales),
-/// and never further than the specification allows (±1) from an SDK.
+/// So every value is in the specification's bucket, the ones within an
+/// ulp of an irrational boundary too, where the specification's own
+/// `⌊ln(v) · 2^s / ln 2⌋` and a plain `log1p` both err (checked against
+/// exact big-integer powers, `tests/exponential_boundaries.rs`). The
+/// settling costs nothing on the add path but one comparison: about one
+/// value in eight million takes it.
 ///
 /// What upper-inclusive buckets cost: nothing on the add path (the power of
 /// two test is a mask on bits already in hand). [`lower_bound`](IndexMapping::lower_bound)
@@ -61,7 +67,8 @@ use core::f64::consts::{LN_2, LOG2_E};
 ///    relative error below `4u` of a number below `2^s`, so its floor is
 ///    wrong only for a value within `4u` of a bound in `log2` space. In
 ///    `ln` space: a value with key `i` lies in `[B_i·e^−ε, B_(i+1)·e^ε]`
-///    with `ε = 4u · ln 2 < 3u`.
+///    with `ε = 4u · ln 2 < 3u`. (Near a bound the key is then settled
+///    exactly; the proof needs only this bound, which exact keys meet.)
 /// 2. *α and the centre.* `tanh` (libm: `expm1` and two roundings, within
 ///    3 ulp) of `ln 2 · 2^−s / 2` (the constant rounded once, a relative
 ///    `u` that `tanh` does not amplify) is α within a relative `7u`, and
@@ -254,6 +261,57 @@ fn normalise(v: f64) -> (i32, u64) {
     (p.wrapping_sub(1074), shifted & MANTISSA)
 }
 
+/// How close (in sub-buckets) the float estimate of a sub-bucket must come
+/// to a boundary for [`sub_bucket`] to settle it.
+const NEAR: f64 = 1.0 / (1u64 << 24) as f64;
+
+/// `⌊log2((1 + f·2⁻⁵²)^(2^s))⌋` exactly, the sub-bucket of a mantissa
+/// fraction `f > 0` at scale `s` (1 to 20): `x = 1 + f·2⁻⁵²` is squared `s`
+/// times with 128-bit mantissas, once rounded down and once up, and the
+/// exponent of `x^(2^s)` is the answer when both bounds agree on it. It
+/// is never a power of two (`x` is not one), so that exponent's bucket,
+/// `(2^j, 2^(j+1)]`, is the value's. `None` when the bounds straddle a
+/// power of two: `x` within about 2⁻¹⁰⁶ of a boundary relatively, closer
+/// than any double is known to come.
+fn sub_bucket(f: u64, s: u32) -> Option<i32> {
+    let mantissa = u128::from(f | (1 << 52)) << 75;
+    let (mut low, mut high) = ((mantissa, 0i32), (mantissa, 0i32));
+    for _ in 0..s {
+        low = square(low, false);
+        high = square(high, true);
+    }
+    (low.1 == high.1).then_some(low.1)
+}
+
+/// `(m · 2^(e − 127))²` as the same normalised pair (`m` in
+/// `[2¹²⁷, 2¹²⁸)`), its mantissa rounded down, or up when `up`.
+fn square((m, e): (u128, i32), up: bool) -> (u128, i32) {
+    const LOW: u128 = u64::MAX as u128;
+    let (m1, m0) = (m >> 64, m & LOW);
+    let (p00, p01, p11) = (
+        m0.wrapping_mul(m0),
+        m0.wrapping_mul(m1),
+        m1.wrapping_mul(m1),
+    );
+    // m² = p11·2¹²⁸ + 2·p01·2⁶⁴ + p00; `mid` < 3·2⁶⁴.
+    let mid = (p00 >> 64).wrapping_add((p01 & LOW) << 1);
+    let lo = (p00 & LOW) | (mid << 64);
+    let hi = p11.wrapping_add((p01 >> 64) << 1).wrapping_add(mid >> 64);
+    // hi in [2¹²⁶, 2¹²⁸): keep its top 128 bits with the leading one on top.
+    let (mut top, exponent, rest) = if hi >> 127 == 1 {
+        (hi, e.wrapping_mul(2).wrapping_add(1), lo != 0)
+    } else {
+        ((hi << 1) | (lo >> 127), e.wrapping_mul(2), lo << 1 != 0)
+    };
+    if up && rest {
+        top = top.wrapping_add(1);
+        if top == 0 {
+            return (1 << 127, exponent.wrapping_add(1));
+        }
+    }
+    (top, exponent)
+}
+
 impl IndexMapping for ExponentialMapping {
     /// Travels in DataDog's format as an exact logarithm of γ = base.
     const INTERPOLATION: Interpolation = Interpolation::None;
@@ -278,7 +336,16 @@ impl IndexMapping for ExponentialMapping {
         let sub = libm::log1p(x) * self.scale_factor;
         let last = (1i32 << shift).wrapping_sub(1);
         // `as` saturates; the clamp covers rounding up to 2^s.
-        first.wrapping_add((sub as i32).clamp(0, last))
+        let whole = (sub as i32).clamp(0, last);
+        // Within 2⁻²⁴ of a boundary (the float is within 2⁻³¹ of the real
+        // value at scale 20), settle it exactly: rare, off the fast path.
+        let part = sub - f64::from(whole);
+        if !(NEAR..=1.0 - NEAR).contains(&part) {
+            if let Some(exact) = sub_bucket(f, shift) {
+                return first.wrapping_add(exact);
+            }
+        }
+        first.wrapping_add(whole)
     }
 
     /// `base^index`: the bucket's lower boundary, which OpenTelemetry
