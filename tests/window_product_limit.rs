@@ -178,3 +178,25 @@ proptest! {
         matches_the_model::<LogLinearMapping>(&samples, split, &qs)?;
     }
 }
+
+#[test]
+fn one_censored_sample_far_above_the_answers_folds_only_the_censored_side() {
+    // Documented on `record_censored`: each side collapses on its own.
+    use tailguard::window::LatencyWindow;
+    let median = |last_ns: u64| {
+        let mut w: LatencyWindow = LatencyWindow::new(0.01, u64::MAX, 0.5).unwrap();
+        for us in 1..=100u64 {
+            w.record(0, us * 1_000).unwrap();
+            w.record_censored(0, 5_000).unwrap();
+        }
+        w.record_censored(0, last_ns).unwrap();
+        w.quantile(0.5).unwrap().unwrap()
+    };
+    let (second, ten_hours) = (median(1_000_000_000), median(36_000_000_000_000));
+    let tenths_us = |ns: u64| (ns + 50) / 100;
+    assert_eq!(
+        (tenths_us(second), tenths_us(ten_hours)),
+        (522, 717),
+        "{second} {ten_hours}"
+    );
+}

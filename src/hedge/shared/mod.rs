@@ -129,8 +129,14 @@
 //! During a rotation the half being cleared is the *previous* one, which no
 //! writer is adding to; a sample whose writer was preempted across two
 //! rotations may be cleared with it or survive. A refresh racing with
-//! writers estimates from some of the samples arriving during its pass;
-//! the next refresh sees them all. The cached delay is one atomic word. A
+//! writers estimates from some of the samples arriving during its pass,
+//! and leans low: it reads the counts before the buckets, so samples
+//! added in between sit in buckets its risk sets leave out, and it stops
+//! early. The lean grows with the samples recorded during one pass (a
+//! pass over the occupied buckets, microseconds), which only a hot loop
+//! of records makes many: a review driving two threads at about three
+//! million requests a second each read the p90 2–7 % low. The next
+//! refresh sees every sample. The cached delay is one atomic word. A
 //! hedge refused for the in-flight cap after the budget granted it
 //! (another thread took the last place in between) has spent its token:
 //! the budget fails closed.
