@@ -234,7 +234,7 @@ impl DDSketch {
     /// [`SketchError::Mapping`] if α is not in `[1e-7, 1)`
     /// ([`MIN_RELATIVE_ACCURACY`](crate::mapping::MIN_RELATIVE_ACCURACY));
     /// [`ExponentialMapping`](crate::mapping::ExponentialMapping) needs
-    /// 3.3052·10⁻⁷ at least (its finest scale, 20).
+    /// 3.30519·10⁻⁷ at least (its finest scale, 20).
     pub fn new(relative_accuracy: f64) -> Result<Self, SketchError> {
         Self::with_accuracy(relative_accuracy)
     }
@@ -248,7 +248,7 @@ impl<M: IndexMapping, P: Store, N: Store> DDSketch<M, P, N> {
     /// [`SketchError::Mapping`] if α is not in `[1e-7, 1)`
     /// ([`MIN_RELATIVE_ACCURACY`](crate::mapping::MIN_RELATIVE_ACCURACY));
     /// [`ExponentialMapping`](crate::mapping::ExponentialMapping) needs
-    /// 3.3052·10⁻⁷ at least (its finest scale, 20).
+    /// 3.30519·10⁻⁷ at least (its finest scale, 20).
     pub fn with_accuracy(relative_accuracy: f64) -> Result<Self, SketchError>
     where
         M: FromRelativeAccuracy,

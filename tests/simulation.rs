@@ -685,12 +685,13 @@ fn near_capacity_a_cap_on_hedges_in_flight_keeps_the_tail_below_no_hedging_s() {
 fn on_queued_replicas_hedging_pays_at_low_load_and_one_hedge_in_flight_keeps_the_tail_near_capacity(
 ) {
     // FIFO replicas whose cancelled attempts keep their place: at 30 % of
-    // capacity the default cuts p99 by a quarter or more (0.55–0.76 over
-    // the README's seeds); at 75 % its bursts queue behind the work they
-    // were meant to skip (hedges all sent to the next replica: p99 1.3–1.8
-    // times no hedging's), and at most one hedge in flight keeps p99
-    // within 20 % of no hedging's for either routing. What the README's
-    // queued section says.
+    // capacity the default takes p99 to 0.55–0.73 of no hedging's over the
+    // README's seeds (0.59–0.76 with hedges to the next replica), one
+    // hedge in flight to 0.67–0.81; at 75 % the default's bursts queue
+    // behind the work they were meant to skip (hedges all sent to the next
+    // replica: p99 1.31–1.81 times no hedging's), and at most one hedge in
+    // flight keeps p99 within 20 % of no hedging's for either routing.
+    // What the README's queued section says.
     let runs = scenarios::queued(&[0.3, 0.75], 20 * SEC, SEED);
     for run in &runs {
         let rows = &run.rows;
@@ -709,7 +710,7 @@ fn on_queued_replicas_hedging_pays_at_low_load_and_one_hedge_in_flight_keeps_the
                 none.q
             );
             if u < 0.5 {
-                assert!(capped.q.p99 < 0.85 * none.q.p99, "{u}: {:?}", capped.q);
+                assert!(capped.q.p99 < 0.82 * none.q.p99, "{u}: {:?}", capped.q);
             }
         }
         if u < 0.5 {

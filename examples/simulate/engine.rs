@@ -1233,7 +1233,10 @@ pub struct Outcome {
     pub caller_retries: u64,
     /// Attempts that failed fast.
     pub failed_attempts: u64,
-    /// Backend busy time of every attempt, until answer or cancellation.
+    /// Backend busy time of every attempt, until answer or cancellation
+    /// (from its send: with a [`Backend::queued`] backend that counts the
+    /// wait in the queue and misses service after a cancellation, so it is
+    /// not the servers' work there).
     pub busy_ns: u128,
     /// Per-second activity.
     pub per_second: Vec<Second>,

@@ -27,7 +27,7 @@ use core::f64::consts::{LN_2, LOG2_E};
 ///   error is below 2⁻³¹), the sub-bucket is settled in integers: the
 ///   exponent of `(1 + f)^(2^s)`, squared `s` times with 128-bit mantissas
 ///   rounded down and up, which both bounds agree on unless `1 + f` lies
-///   within about 2⁻¹⁰⁶ of a boundary relatively (no double is known to;
+///   within about 2⁻¹²⁶ of a boundary relatively (no double is known to;
 ///   the float's answer would stand).
 ///
 /// So every value is in the specification's bucket, the ones within an
@@ -271,7 +271,7 @@ const NEAR: f64 = 1.0 / (1u64 << 24) as f64;
 /// exponent of `x^(2^s)` is the answer when both bounds agree on it. It
 /// is never a power of two (`x` is not one), so that exponent's bucket,
 /// `(2^j, 2^(j+1)]`, is the value's. `None` when the bounds straddle a
-/// power of two: `x` within about 2⁻¹⁰⁶ of a boundary relatively, closer
+/// power of two: `x` within about 2⁻¹²⁶ of a boundary relatively, closer
 /// than any double is known to come.
 fn sub_bucket(f: u64, s: u32) -> Option<i32> {
     let mantissa = u128::from(f | (1 << 52)) << 75;
@@ -413,6 +413,48 @@ impl FromRelativeAccuracy for ExponentialMapping {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use num_bigint::BigUint;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// One squaring against the exact 256-bit square: the mantissa
+        /// rounded down and up, the leading one on top, the exponent
+        /// doubled (plus one when the square reaches 2).
+        #[test]
+        fn square_brackets_the_exact_square(m in (1u128 << 127)..=u128::MAX, e in -1000i32..1000) {
+            let exact = BigUint::from(m).pow(2);
+            for up in [false, true] {
+                let (top, exponent) = square((m, e), up);
+                prop_assert!(top >> 127 == 1);
+                // m² · 2^(2e − 254) = top · 2^(exponent − 127), within rounding:
+                // scale both to integers at 2^(2e − 254).
+                let shift = exponent - 2 * e + 127;
+                prop_assert!((0..=129).contains(&shift), "{shift}");
+                let got = BigUint::from(top) << shift as usize;
+                let ulp = BigUint::from(1u8) << shift as usize;
+                if up {
+                    prop_assert!(got >= exact && got < exact.clone() + ulp);
+                } else {
+                    prop_assert!(got <= exact && got + ulp > exact);
+                }
+            }
+        }
+
+        /// At the finest scales, away from boundaries the exact sub-bucket is
+        /// the float's, and near them it is one of the float's neighbours.
+        #[test]
+        fn sub_buckets_agree_with_the_logarithm(f in 1u64..(1 << 52), s in 10u32..=20) {
+            let x = (f as f64) * (1.0 / (1u64 << 52) as f64);
+            let sub = libm::log1p(x) * libm::scalbn(LOG2_E, s as i32);
+            let exact = sub_bucket(f, s).expect("no double this close to a boundary");
+            let whole = sub.floor() as i32;
+            if (sub - sub.floor()) > 1e-6 && (sub - sub.floor()) < 1.0 - 1e-6 {
+                prop_assert_eq!(exact, whole);
+            } else {
+                prop_assert!((exact - whole).abs() <= 1);
+            }
+        }
+    }
 
     #[test]
     fn normalise_reads_subnormals() {

@@ -118,8 +118,9 @@ pub struct StoreCollapse {
 /// users never call them directly.
 pub trait Store: Clone + Default {
     /// The number of buckets the store holds. A sketch's positive store
-    /// must hold some (checked when the sketch's type is built); 0 is for
-    /// a negative side that refuses its values ([`NoStore`]).
+    /// must hold some (a build error where `DDSketch::with_mapping` is
+    /// instantiated, which `cargo check` does not report); 0 is for a
+    /// negative side that refuses its values ([`NoStore`]).
     const CAPACITY: usize;
 
     /// Adds `count` samples to bucket `key`, widening the occupied range or

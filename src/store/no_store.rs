@@ -13,9 +13,10 @@ use super::{Store, StoreCollapse};
 ///
 /// It cannot be the positive store: a sketch (or a window) whose positive
 /// store has [`CAPACITY`](Store::CAPACITY) 0 would take positive values and
-/// count none, so building one fails to compile.
+/// count none, so building one fails to compile (when `with_mapping` is
+/// instantiated: a `cargo build` error, which `cargo check` does not see).
 ///
-/// ```compile_fail
+/// ```compile_fail,E0080
 /// use tailguard::{CollapsingLowestStore, CubicMapping, DDSketch, NoStore};
 ///
 /// let s = DDSketch::<CubicMapping, NoStore, CollapsingLowestStore<64>>::with_accuracy(0.01);

@@ -108,9 +108,10 @@
 //! pool) is another matter: near its capacity the default budget's bursts
 //! push it into the slowness that asks for more hedges, and the tail gets
 //! far worse than without hedging; replicas that queue attempts a
-//! cancellation does not remove suffer from about half their capacity,
-//! most when every hedge goes to the same other replica (a balancer
-//! below this layer should pick the hedge's replica at random). Cap the
+//! cancellation does not remove gain little from about half their
+//! capacity and lose from 60–75 %, sooner when every hedge goes to the
+//! same other replica (a balancer below this layer should pick the
+//! hedge's replica at random). Cap the
 //! hedges in flight there
 //! ([`max_hedges_in_flight`](crate::hedge::HedgeConfig::max_hedges_in_flight),
 //! whose docs say how to size it), and do not hedge a backend with

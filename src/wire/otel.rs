@@ -169,7 +169,8 @@ impl<'a, P: Store, N: Store> ExponentialHistogram<'a, P, N> {
     /// `f64::MAX` overflow it to infinity, which would make a consumer's
     /// mean infinite for every later point of a cumulative series).
     ///
-    /// Without saturation this is [`DDSketch::sum`], bit for bit. Samples
+    /// Without saturation this is [`DDSketch::sum`], bit for bit, when
+    /// finite. Samples
     /// that a full bucket dropped ([`DDSketch::saturated`]) are in the
     /// sketch's sum but in no bucket, and OTLP's `count` must be the zero
     /// count plus the buckets; so once a bucket has saturated, the sum of

@@ -134,9 +134,7 @@
 //! added in between sit in buckets its risk sets leave out, and it stops
 //! early. The lean grows with the samples recorded during one pass (a
 //! pass over the occupied buckets, microseconds), which only a hot loop
-//! of records makes many: a review driving two threads at about three
-//! million requests a second each read the p90 2–7 % low. The next
-//! refresh sees every sample. The cached delay is one atomic word. A
+//! of records makes many. The next refresh sees every sample. The cached delay is one atomic word. A
 //! hedge refused for the in-flight cap after the budget granted it
 //! (another thread took the last place in between) has spent its token:
 //! the budget fails closed.
