@@ -687,7 +687,8 @@ fn on_queued_replicas_hedging_pays_at_low_load_and_one_hedge_in_flight_keeps_the
     // FIFO replicas whose cancelled attempts keep their place: at 30 % of
     // capacity the default takes p99 to 0.55–0.73 of no hedging's over the
     // README's seeds (0.59–0.76 with hedges to the next replica), one
-    // hedge in flight to 0.67–0.81; at 75 % the default's bursts queue
+    // hedge in flight to 0.68–0.81 (0.67–0.80 to the next replica); at 75 %
+    // the default's bursts queue
     // behind the work they were meant to skip (hedges all sent to the next
     // replica: p99 1.31–1.81 times no hedging's), and at most one hedge in
     // flight keeps p99 within 20 % of no hedging's for either routing.

@@ -1,5 +1,6 @@
-//! Hedge budgets: caps on how many hedges may be sent, so that hedging can
-//! never double the load on a backend during an outage.
+//! Hedge budgets: caps on how many hedges may be sent, so that hedging
+//! stays within a share of the requests over the long run, and over any
+//! short stretch within that stretch's share plus a bank.
 //!
 //! A hedge state machine asks its budget once per request that wants to
 //! hedge ([`HedgeBudget::try_acquire`]) and tells it about every primary
@@ -7,7 +8,8 @@
 //!
 //! - [`RatioBudget`] (the default, 15 %): every primary deposits a share of a
 //!   token, every hedge withdraws a whole token, and the balance is capped
-//!   at what the share earned over the last 100 ms (at least 10 tokens),
+//!   at what the share earned over the current or the previous 100 ms
+//!   window, whichever earned more (at least 10 tokens),
 //!   so a burst of stragglers can spend what recent traffic earned, but
 //!   no more than that bank and what the burst's own requests earn. It
 //!   needs no guess of the request rate and follows traffic as it changes.

@@ -229,8 +229,8 @@ impl RatioBudget {
     /// one bank window's earnings from the 200 ms before (or the floor):
     /// about twice the share at a steady rate. (When a stall also cuts the
     /// rate of new requests, the bank is spent on the stall's few requests,
-    /// and hedges can outnumber them.) So a burst of stragglers cannot
-    /// double a backend's load: where latency
+    /// and hedges can outnumber them.) So at a steady rate a burst of
+    /// stragglers adds at most about twice the share: where latency
     /// rises with load, a bank of a second's earnings, spent in a few
     /// milliseconds, overloads the backend into the very slowness that
     /// spends it (the simulation's `overload` scenario, at 60 % of

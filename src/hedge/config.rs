@@ -152,16 +152,26 @@ pub struct HedgeConfig {
     /// Set it for a backend whose latency rises with its load: there a
     /// burst of hedges the budget allows (about twice its share over
     /// 100 ms) can push the backend into the slowness that asks for more,
-    /// and near capacity the default makes the tail far worse than no
-    /// hedging. A cap on hedges in flight throttles itself, since a hedge
-    /// to a slowed backend holds its slot longer. Size it by Little's law
-    /// from the backend at a moderate load, and err low: the share times
-    /// its rate at capacity times its p50 at, say, 60 % of capacity (15 %
-    /// of 10 000 requests a second, 5 ms: about 8); twice too many is
-    /// worse than none. The slot is freed when the request ends, so where
-    /// cancelled attempts keep running on the backend the cap does not
-    /// bound their work; and with headroom at or below the share, do not
-    /// hedge at all. See the README's *overload* simulation.
+    /// and from about 70 % of capacity the default makes the tail far
+    /// worse than no hedging. A cap on hedges in flight throttles itself,
+    /// since a hedge to a slowed backend holds its slot longer. Size it by
+    /// Little's law from the backend at a moderate load, and err low: the
+    /// share times the backend's capacity in attempts a second times no
+    /// hedging's p50 at about half of capacity (15 % of 10 000 a second
+    /// times 5 ms is 7.5: the README's runs use 8), rounded down, and 1 if
+    /// that is below 1 (0 is refused: `max_hedges(0)` turns hedging off).
+    /// From 70 % of capacity, twice too many is worse than none. The cap
+    /// is per hedger: divide it among the hedgers (threads, processes)
+    /// that share the backend; a [`SharedHedger`](crate::hedge::SharedHedger)
+    /// may pass it by one at a slot boundary. The slot is freed when the
+    /// request ends, so where cancelled attempts keep running on the
+    /// backend the cap does not bound their work. Retries (an attempt
+    /// replacing a failed one with nothing else in flight) pass neither
+    /// this cap nor the budget: in front of a loaded backend consider
+    /// [`max_retries(0)`](Self::max_retries). And where utilisation times
+    /// `1 +` the share reaches 1 (about 87 % at 15 %), or the backend's
+    /// throughput falls as its queue grows, do not hedge at all. See the
+    /// README's *overload* simulation.
     ///
     /// Replicas that queue their attempts are such a backend at any load:
     /// a straggler holds up the attempts behind it and they pass the delay
@@ -169,7 +179,8 @@ pub struct HedgeConfig {
     /// the default still cuts p99 at 30 % of capacity but worsens it at
     /// 75 %, by up to 1.8× when every hedge goes to the next replica; one
     /// hedge in flight (Little's law again) keeps p99 near no hedging's
-    /// there. Send hedges to a random other replica. See the README's
+    /// there; at 60 % neither gains much. Send hedges to a replica
+    /// other than the primary's, picked at random. See the README's
     /// *queued* simulation.
     pub max_hedges_in_flight: Option<u32>,
     /// How long a hedge counts as in flight if its request is dropped

@@ -226,8 +226,10 @@
 //!   indexes `0..T`; see [`shared`];
 //! * one `Hedger` per worker thread (thread-per-core runtimes, shards),
 //!   sharing one budget by reference — `HedgeBudget` is implemented for
-//!   `&B`, and budgets are lock-free — so the hedge cap holds for the
-//!   process while no lock is taken anywhere;
+//!   `&B`, and budgets are lock-free — so the budget holds for the
+//!   process while no lock is taken anywhere (each hedger's
+//!   `max_hedges_in_flight` is its own: divide a process-wide cap among
+//!   them);
 //! * one `Hedger` behind the caller's mutex: each event holds it for the
 //!   tens of nanoseconds the machine needs (see the benchmarks), never
 //!   across I/O (`cargo bench --bench shared` compares it with

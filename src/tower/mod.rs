@@ -101,8 +101,8 @@
 //! `max_retries` replacements a request, 2 by default; the retry throttle
 //! counts only retries sent with nothing else in flight): where the
 //! backend sheds load, set
-//! [`max_retries(0)`](crate::hedge::HedgeConfig::max_retries) or a tight
-//! budget.
+//! [`max_retries(0)`](crate::hedge::HedgeConfig::max_retries) (a tight
+//! budget curbs only the replacements sent while another attempt races).
 //!
 //! A backend whose latency rises with its load (a queue, a saturated
 //! pool) is another matter: near its capacity the default budget's bursts
@@ -110,12 +110,13 @@
 //! far worse than without hedging; replicas that queue attempts a
 //! cancellation does not remove gain little from about half their
 //! capacity and lose from 60–75 %, sooner when every hedge goes to the
-//! same other replica (a balancer below this layer should pick the
-//! hedge's replica at random). Cap the
+//! same other replica (route each hedge, in `Policy::route`, to a replica
+//! other than the primary's, picked at random). Cap the
 //! hedges in flight there
 //! ([`max_hedges_in_flight`](crate::hedge::HedgeConfig::max_hedges_in_flight),
-//! whose docs say how to size it), and do not hedge a backend with
-//! headroom at or below the budget's share.
+//! whose docs say how to size it), and do not hedge a backend whose
+//! utilisation times `1 +` the budget's share reaches 1, or whose
+//! throughput falls as its queue grows.
 //!
 //! [`HedgeError<E>`] is an error for every inner error `E` that is
 //! `Debug + Display`, tower's `BoxError` included, so it turns into a
