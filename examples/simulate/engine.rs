@@ -21,6 +21,10 @@
 //! The backend has otherwise unlimited capacity (no queueing): each attempt
 //! draws its own latency when it is sent. An attempt costs backend time from
 //! its send until it answers, fails or is cancelled, whichever comes first.
+//! A queued backend ([`Backend::queue`]) instead makes each replica one
+//! server taking its attempts in order: an attempt's draw is its service,
+//! after the work ahead of it; a cancellation reaches that server or not
+//! ([`OnCancel`]).
 //!
 //! An attempt may also *fail fast* ([`FastFailures`]): it answers with an
 //! error instead, and the client decides what the failure does
@@ -340,11 +344,25 @@ pub struct Backend {
     pub failures: Option<FastFailures>,
     /// Latency that rises with load, if any.
     pub load: Option<LoadSensitivity>,
-    /// Each replica a single server taking its attempts in order: an
-    /// attempt's draw is its service time, and it first waits for the
-    /// work sent to its replica before it. A cancelled attempt keeps its
-    /// place and its work (nothing tells the server).
-    pub queued: bool,
+    /// Each replica a single server taking its attempts in order (`Some`):
+    /// an attempt's draw is its service time, and it first waits for the
+    /// work sent to its replica before it; what a cancellation does there.
+    pub queue: Option<OnCancel>,
+}
+
+/// What the server of a [`Backend::queued`] replica does with an attempt
+/// the client cancels.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OnCancel {
+    /// Nothing tells the server: the attempt keeps its place in the queue
+    /// and its work.
+    Kept,
+    /// The server takes it off its queue if it is still waiting there; one
+    /// already in service runs to its end.
+    Dequeued,
+    /// Off the queue, and stopped if in service: the server moves on to
+    /// the next attempt at once.
+    Stopped,
 }
 
 /// One attempt's fate, drawn when it is sent.
@@ -371,7 +389,7 @@ impl Backend {
             replicas: Vec::new(),
             failures: None,
             load: None,
-            queued: false,
+            queue: None,
         }
     }
 
@@ -419,9 +437,16 @@ impl Backend {
     }
 
     /// The same backend, each replica a FIFO single server
-    /// ([`Backend::queued`]).
-    pub fn queued(mut self) -> Self {
-        self.queued = true;
+    /// ([`Backend::queue`]) that keeps cancelled attempts.
+    pub fn queued(self) -> Self {
+        self.queued_with(OnCancel::Kept)
+    }
+
+    /// The same backend, each replica a FIFO single server
+    /// ([`Backend::queue`]) that treats a cancelled attempt as `on_cancel`
+    /// says.
+    pub fn queued_with(mut self, on_cancel: OnCancel) -> Self {
+        self.queue = Some(on_cancel);
         self
     }
 
@@ -1234,7 +1259,7 @@ pub struct Outcome {
     /// Attempts that failed fast.
     pub failed_attempts: u64,
     /// Backend busy time of every attempt, until answer or cancellation
-    /// (from its send: with a [`Backend::queued`] backend that counts the
+    /// (from its send: with a [`Backend::queue`] backend that counts the
     /// wait in the queue and misses service after a cancellation, so it is
     /// not the servers' work there).
     pub busy_ns: u128,
@@ -1300,6 +1325,12 @@ enum Kind {
     Fail(u8),
     Timer,
     Arrival,
+    /// A replica's service of its `run`-th attempt ends (a queued backend
+    /// whose cancellations reach the server).
+    Served {
+        replica: u32,
+        run: u32,
+    },
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -1315,6 +1346,28 @@ struct Event {
 struct Live {
     sent_at: u64,
     live: bool,
+    /// The replica it was sent to.
+    replica: u32,
+}
+
+/// An attempt at a replica whose server hears of cancellations
+/// ([`OnCancel::Dequeued`], [`OnCancel::Stopped`]): its request (slot and
+/// generation), and its draw, from the start of its service.
+#[derive(Clone, Copy, Debug)]
+struct Job {
+    slot: usize,
+    gen: u32,
+    attempt: u8,
+    draw: Draw,
+}
+
+/// The server of one such replica.
+#[derive(Debug, Default)]
+struct Server {
+    waiting: VecDeque<Job>,
+    serving: Option<Job>,
+    /// Services started: tells a stopped service's end from the current.
+    run: u32,
 }
 
 #[derive(Debug)]
@@ -1383,8 +1436,11 @@ struct Engine<'a, C: Client> {
     out: Outcome,
     /// Send times within the load window of a load-sensitive backend.
     recent: VecDeque<u64>,
-    /// When each replica of a queued backend has done the work sent to it.
+    /// When each replica of a queued backend that keeps cancelled
+    /// attempts has done the work sent to it.
     free_at: Vec<u64>,
+    /// The servers of a queued backend that hears of cancellations.
+    servers: Vec<Server>,
 }
 
 /// The slot number of arrival events.
@@ -1417,6 +1473,9 @@ pub fn simulate<C: Client>(
         out: Outcome::default(),
         recent: VecDeque::new(),
         free_at: vec![0; backend.replica_count() as usize],
+        servers: (0..backend.replica_count())
+            .map(|_| Server::default())
+            .collect(),
     };
     match workload.arrivals {
         Arrivals::ClosedLoop { workers } => {
@@ -1651,7 +1710,7 @@ impl<C: Client> Engine<'_, C> {
             draw.answer_ns = stretched(draw.answer_ns, factor);
             draw.headers_ns = draw.headers_ns.map(|h| stretched(h, factor));
         }
-        if self.backend.queued {
+        if self.backend.queue == Some(OnCancel::Kept) {
             // Service starts when the work queued before it is done.
             let free = &mut self.free_at[replica as usize];
             let wait = free.saturating_sub(now);
@@ -1665,6 +1724,7 @@ impl<C: Client> Engine<'_, C> {
         sub.attempts[usize::from(attempt)] = Live {
             sent_at: now,
             live: true,
+            replica,
         };
         if replica < 64 {
             sub.replicas_used |= 1 << replica;
@@ -1676,6 +1736,28 @@ impl<C: Client> Engine<'_, C> {
         if attempt == 0 && draw.slow {
             self.users[user].slow = true;
         }
+        if matches!(
+            self.backend.queue,
+            Some(OnCancel::Dequeued | OnCancel::Stopped)
+        ) {
+            let gen = self.slots[slot].gen;
+            let server = &mut self.servers[replica as usize];
+            server.waiting.push_back(Job {
+                slot,
+                gen,
+                attempt,
+                draw,
+            });
+            if server.serving.is_none() {
+                self.serve_next(replica, now);
+            }
+            return;
+        }
+        self.push_fate(slot, attempt, draw, now);
+    }
+
+    /// The events of `attempt`'s `draw`, from `now`.
+    fn push_fate(&mut self, slot: usize, attempt: u8, draw: Draw, now: u64) {
         if let Some(f) = draw.fail_ns {
             self.push(now + f, slot, Kind::Fail(attempt));
             return;
@@ -1684,6 +1766,31 @@ impl<C: Client> Engine<'_, C> {
             self.push(now + h, slot, Kind::Headers(attempt));
         }
         self.push(now + draw.answer_ns, slot, Kind::Answer(attempt));
+    }
+
+    /// `replica`'s server, idle at `now`, starts on the next attempt still
+    /// wanted in its queue, if any.
+    fn serve_next(&mut self, replica: u32, now: u64) {
+        let server = &mut self.servers[replica as usize];
+        server.serving = None;
+        while let Some(job) = server.waiting.pop_front() {
+            let slot = &self.slots[job.slot];
+            let wanted = slot.gen == job.gen
+                && slot
+                    .sub
+                    .as_ref()
+                    .is_some_and(|s| s.attempts[usize::from(job.attempt)].live);
+            if !wanted {
+                continue;
+            }
+            server.serving = Some(job);
+            server.run = server.run.wrapping_add(1);
+            let run = server.run;
+            let service = job.draw.fail_ns.unwrap_or(job.draw.answer_ns);
+            self.push_fate(job.slot, job.attempt, job.draw, now);
+            self.push(now + service, ARRIVAL, Kind::Served { replica, run });
+            return;
+        }
     }
 
     /// Sends hedge `attempt` of the request in `slot` at `now`: to the
@@ -1715,15 +1822,41 @@ impl<C: Client> Engine<'_, C> {
     }
 
     /// Stops `attempts` (a mask) at `now`: their backend time ends here.
+    /// On a queued backend whose servers hear of it, a cancelled attempt
+    /// leaves its queue (and, if they stop work, its service).
     fn cancel(&mut self, slot: usize, attempts: u8, now: u64) {
         let mut busy = 0;
+        let mut stopped = 0u64;
         for (i, a) in self.sub(slot).attempts.iter_mut().enumerate() {
             if attempts & (1 << i) != 0 && a.live {
                 a.live = false;
                 busy += u128::from(now - a.sent_at);
+                if a.replica < 64 {
+                    stopped |= 1 << a.replica;
+                }
             }
         }
         self.out.busy_ns += busy;
+        match self.backend.queue {
+            // Dequeued lazily: `serve_next` skips attempts no longer live.
+            Some(OnCancel::Dequeued) => {}
+            Some(OnCancel::Stopped) => {
+                let gen = self.slots[slot].gen;
+                for replica in 0..self.servers.len().min(64) {
+                    if stopped & (1 << replica) == 0 {
+                        continue;
+                    }
+                    let serving = self.servers[replica].serving;
+                    let ours = serving.is_some_and(|j| {
+                        j.slot == slot && j.gen == gen && attempts & (1 << j.attempt) != 0
+                    });
+                    if ours {
+                        self.serve_next(replica as u32, now);
+                    }
+                }
+            }
+            Some(OnCancel::Kept) | None => {}
+        }
     }
 
     fn handle(&mut self, ev: Event) {
@@ -1731,6 +1864,13 @@ impl<C: Client> Engine<'_, C> {
         if ev.kind == Kind::Arrival {
             self.start_user(None, now);
             self.schedule_arrival(now);
+            return;
+        }
+        if let Kind::Served { replica, run } = ev.kind {
+            // Not a service the server has since stopped.
+            if self.servers[replica as usize].run == run {
+                self.serve_next(replica, now);
+            }
             return;
         }
         let current = self.slots[ev.slot].gen == ev.gen && self.slots[ev.slot].sub.is_some();
@@ -1812,7 +1952,7 @@ impl<C: Client> Engine<'_, C> {
                     self.finish_sub(ev.slot, now);
                 }
             }
-            Kind::Arrival => unreachable!("handled above"),
+            Kind::Arrival | Kind::Served { .. } => unreachable!("handled above"),
         }
     }
 

@@ -36,7 +36,8 @@
 //!   cap, and a cap on hedges in flight.
 //! - `queued`: replicas that serve their attempts in order, at 30 % to 75 %
 //!   of their capacity, cancelled attempts keeping their place; hedges to
-//!   a random replica or the next one, with and without a cap in flight.
+//!   a random replica or the next one, with and without a cap in flight;
+//!   and servers that drop cancelled attempts, waiting or in service.
 //!
 //! Sources. *The article* is Prathamesh Bhope's "Stragglers are not
 //! failures: how adaptive hedged requests cut p99 latency by 74 %" (title
@@ -666,12 +667,12 @@ fn print_overload(runs: &[scenarios::Overload], run_ns: u64, csv: &mut Output) {
 
 fn print_queued(runs: &[scenarios::Overload], run_ns: u64, csv: &mut Output) {
     println!(
-        "## queued: Poisson arrivals at 30 %, 45 %, 60 % and 75 % of the capacity of {} replicas ({:.0} attempts a second) for {} s; each replica serves its attempts one at a time in arrival order, lognormal(median 2 ms, σ 0.3) of service, 3 % of attempts ×8; a primary goes to a random replica, its hedge to another; a cancelled attempt keeps its place in the queue\n",
+        "## queued: Poisson arrivals at 30 %, 45 %, 60 % and 75 % of the capacity of {} replicas ({:.0} attempts a second) for {} s; each replica serves its attempts one at a time in arrival order, lognormal(median 2 ms, σ 0.3) of service, 3 % of attempts ×8; a primary goes to a random replica, its hedge to another; a cancelled attempt keeps its place in the queue, unless the row says the server drops it\n",
         scenarios::QUEUED_REPLICAS,
         scenarios::QUEUED_CAPACITY,
         run_ns / SEC
     );
-    println!("A queue makes latency follow load at any utilisation: a straggler holds up the attempts behind it, they all pass the delay together, and their hedges queue behind the work on another replica.\n");
+    println!("A queue makes latency follow load at any utilisation: a straggler holds up the attempts behind it, they all pass the delay together, and their hedges queue behind the work on another replica. A server that drops the attempts its clients cancel turns that around: the copy that loses leaves its queue.\n");
     print_utilisation_table(runs, "queued.csv", csv);
 }
 

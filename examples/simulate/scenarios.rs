@@ -7,8 +7,8 @@
 use crate::engine::{
     data_driven_share, origin_share, poisson_pauses, quantiles, quantiles_between, simulate,
     Backend, Client, DelayOrigin, GoReference, HeaderCalibrated, Latency, LoadSensitivity,
-    LogNormal, Ours, Outcome, Popularity, Quantiles, Replica, Rng, Routing, Second, Signal,
-    UserRecord, Workload, MS, SEC,
+    LogNormal, OnCancel, Ours, Outcome, Popularity, Quantiles, Replica, Rng, Routing, Second,
+    Signal, UserRecord, Workload, MS, SEC,
 };
 use tailguard::budget::{Budget, RatioBudget, UNITS_PER_TOKEN};
 use tailguard::hedge::{Failure, HedgeConfig, HedgeStats};
@@ -1438,13 +1438,19 @@ pub const QUEUED_REPLICAS: u32 = 4;
 /// single server ([`Backend::queued`]) whose service time is lognormal
 /// (mean 2.1 ms, median 2 ms), 3 % of attempts ×8.
 pub fn queued_backend() -> Backend {
+    queued_backend_with(OnCancel::Kept)
+}
+
+/// [`queued_backend`] whose servers treat a cancelled attempt as
+/// `on_cancel` says.
+pub fn queued_backend_with(on_cancel: OnCancel) -> Backend {
     Backend::new(Latency::Plain {
         base: LogNormal::from_mean_sd(2.1, 0.64),
         slow_prob: 0.03,
         slow_factor: 8.0,
     })
     .with_replicas(vec![Replica::scaled(1.0); QUEUED_REPLICAS as usize])
-    .queued()
+    .queued_with(on_cancel)
 }
 
 /// Attempts a second the queued backend serves at most: its replicas over
@@ -1455,15 +1461,29 @@ pub const QUEUED_CAPACITY: f64 = QUEUED_REPLICAS as f64 * 1_000.0 / 2.541;
 /// each request's primary on a random replica: no hedging, then adaptive
 /// p90 with the default budget, alone and with at most one hedge in
 /// flight, its hedge on another random replica ([`Routing::Spread`]) and
-/// on the next one ([`Routing::Next`]).
+/// on the next one ([`Routing::Next`]); then the default on servers that
+/// take a cancelled attempt off their queue ([`OnCancel::Dequeued`]) and
+/// that also stop its service ([`OnCancel::Stopped`]).
 pub fn queued(utilisations: &[f64], run_ns: u64, seed: u64) -> Vec<Overload> {
     let backend = queued_backend();
+    let dequeued = queued_backend_with(OnCancel::Dequeued);
+    let stopped = queued_backend_with(OnCancel::Stopped);
     utilisations
         .iter()
         .map(|&u| {
             let w = Workload::open_loop(u * QUEUED_CAPACITY, run_ns);
             let run = |name: &str, routing: Routing, config: HedgeConfig| {
                 ours_row(name, ours(config), &backend, w.routing(routing), seed)
+            };
+            let told = |name: &str, backend: &Backend| {
+                let config = HedgeConfig::DEFAULT;
+                ours_row(
+                    name,
+                    ours(config),
+                    backend,
+                    w.routing(Routing::Spread),
+                    seed,
+                )
             };
             let one = HedgeConfig::DEFAULT.max_hedges_in_flight(1);
             Overload {
@@ -1478,6 +1498,8 @@ pub fn queued(utilisations: &[f64], run_ns: u64, seed: u64) -> Vec<Overload> {
                     run(&in_flight_row(1), Routing::Spread, one),
                     run(QUEUED_NEXT_ROW, Routing::Next, HedgeConfig::DEFAULT),
                     run(QUEUED_NEXT_CAPPED_ROW, Routing::Next, one),
+                    told(QUEUED_DEQUEUED_ROW, &dequeued),
+                    told(QUEUED_STOPPED_ROW, &stopped),
                 ],
             }
         })
@@ -1491,3 +1513,13 @@ pub const QUEUED_NEXT_ROW: &str = "adaptive p90 (ours, default), hedge to the ne
 /// [`QUEUED_NEXT_ROW`] with at most one hedge in flight.
 pub const QUEUED_NEXT_CAPPED_ROW: &str =
     "adaptive p90 (ours, default, ≤ 1 hedge in flight), hedge to the next replica";
+
+/// The queued scenario's default row on servers that take a cancelled
+/// attempt off their queue.
+pub const QUEUED_DEQUEUED_ROW: &str =
+    "adaptive p90 (ours, default), the server drops a cancelled attempt it has not started";
+
+/// The queued scenario's default row on servers that also stop a
+/// cancelled attempt's service.
+pub const QUEUED_STOPPED_ROW: &str =
+    "adaptive p90 (ours, default), the server drops a cancelled attempt, started or not";

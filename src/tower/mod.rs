@@ -111,7 +111,10 @@
 //! cancellation does not remove gain little from about half their
 //! capacity and lose from 60–75 %, sooner when every hedge goes to the
 //! same other replica (route each hedge, in `Policy::route`, to a replica
-//! other than the primary's, picked at random). Cap the
+//! other than the primary's, picked at random); replicas that drop a
+//! cancelled attempt before they start it gain at every load the README
+//! simulates (the losing copy leaves its queue), so let the attempts this
+//! layer drops reach the servers as cancellations. Cap the
 //! hedges in flight there
 //! ([`max_hedges_in_flight`](crate::hedge::HedgeConfig::max_hedges_in_flight),
 //! whose docs say how to size it), and do not hedge a backend whose
