@@ -65,6 +65,13 @@ pub(crate) trait Core<K> {
     /// Records one sample of `target` (and the aggregate): whether the
     /// target's window took it.
     fn record_sample(&mut self, target: K, now: u64, elapsed: u64, exact: bool) -> bool;
+    /// The samples recorded until [`end_samples`](Self::end_samples) are
+    /// one event's (a commit's winner and losers, a give-up's attempts):
+    /// the shared hedger publishes them together, so that none of them
+    /// waits in a batch the others left (nothing for `Hedger`).
+    fn begin_samples(&mut self) {}
+    /// The event's samples are all recorded, at `now`.
+    fn end_samples(&mut self, _now: u64) {}
     /// [`record_sample`](Self::record_sample) of an exact sample, on the
     /// common path (the sole primary's answer).
     fn record_answer(&mut self, target: K, now: u64, elapsed: u64) -> bool {
@@ -396,9 +403,11 @@ fn record<K: Copy + Eq, C: Core<K>>(
     winner: Option<Attempt>,
     now: u64,
 ) {
+    core.begin_samples();
     for a in attempts.iter() {
         record_one(core, request, a, winner == Some(a), now);
     }
+    core.end_samples(now);
 }
 
 /// Records the elapsed time of attempt `a` at `now`: exact (the winner's)

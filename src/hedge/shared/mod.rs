@@ -440,7 +440,12 @@ impl<B: HedgeBudget, const T: usize, M: IndexMapping> SharedHedger<B, T, M> {
     /// The machine's view of this hedger from `lane`.
     #[inline(always)]
     fn on<'a>(&'a self, lane: &'a Lane) -> Here<'a, B, T, M> {
-        Here { hedger: self, lane }
+        Here {
+            hedger: self,
+            lane,
+            event: false,
+            event_cold: false,
+        }
     }
 
     /// The machine's view of this hedger from this thread's lane.
@@ -514,15 +519,25 @@ impl<B: HedgeBudget, const T: usize, M: IndexMapping> SharedHedger<B, T, M> {
     /// timestamps are read as they happen.
     #[inline]
     fn due(&self, locked: &Locked<'_>, target: usize, now: u64) -> bool {
-        if locked.len() >= self.batch {
-            return true;
-        }
-        let slow = now
-            .checked_sub(locked.published_at())
-            .is_none_or(|since| since >= self.max_wait_ns);
+        self.due_anyway(locked, now) || self.cold(target)
+    }
+
+    /// [`due`](Self::due) whatever the sample's target: the batch is full,
+    /// the thread is slow, or the clock went back.
+    #[inline]
+    fn due_anyway(&self, locked: &Locked<'_>, now: u64) -> bool {
+        locked.len() >= self.batch
+            || now
+                .checked_sub(locked.published_at())
+                .is_none_or(|since| since >= self.max_wait_ns)
+    }
+
+    /// Whether a window a sample of `target` goes to is cold.
+    #[inline]
+    fn cold(&self, target: usize) -> bool {
         let min = self.config.min_samples;
         let cold = |w: &AtomicWindow| w.exact_count() < min;
-        slow || match self.window(target) {
+        match self.window(target) {
             Some(w) => cold(w) || (T > 1 && cold(&self.aggregate)),
             // No window of its own: the aggregate is its window.
             None => cold(&self.aggregate),
@@ -623,6 +638,11 @@ impl<B: HedgeBudget, const T: usize, M: IndexMapping> SharedHedger<B, T, M> {
 struct Here<'a, B: HedgeBudget, const T: usize, M: IndexMapping> {
     hedger: &'a SharedHedger<B, T, M>,
     lane: &'a Lane,
+    /// Samples of one event are being buffered (see `Core::begin_samples`):
+    /// whether one is due is decided when the last is in.
+    event: bool,
+    /// A window one of the event's buffered samples goes to is cold.
+    event_cold: bool,
 }
 
 impl<B: HedgeBudget, const T: usize, M: IndexMapping> Here<'_, B, T, M> {
@@ -641,6 +661,11 @@ impl<B: HedgeBudget, const T: usize, M: IndexMapping> Here<'_, B, T, M> {
                     exact,
                 };
                 if locked.push(sample) {
+                    if self.event && locked.len() < h.batch {
+                        // Decided with the event's last (`end_samples`).
+                        self.event_cold = self.event_cold || h.cold(target);
+                        return true;
+                    }
                     // Published with the batch it completes: refused or not.
                     if !h.due(&locked, target, now) {
                         return true;
@@ -698,6 +723,33 @@ impl<B: HedgeBudget, const T: usize, M: IndexMapping> Core<usize> for Here<'_, B
     #[inline]
     fn record_sample(&mut self, target: usize, now: u64, elapsed: u64, exact: bool) -> bool {
         self.buffer_sample(target, now, elapsed, exact)
+    }
+
+    #[inline]
+    fn begin_samples(&mut self) {
+        self.event = true;
+        self.event_cold = false;
+    }
+
+    /// The event's buffered samples go out together, if due: a slow
+    /// thread's commit publishes its losers with its winner (decided one
+    /// by one, the winner's publication would hold the losers back, at
+    /// the same timestamp, until the thread's next sample).
+    #[inline]
+    fn end_samples(&mut self, now: u64) {
+        let cold = core::mem::take(&mut self.event_cold);
+        if !core::mem::take(&mut self.event) {
+            return;
+        }
+        let h = self.hedger;
+        if h.batch > 1 {
+            if let Some(locked) = self.lane.try_lock() {
+                if locked.len() > 0 && (cold || h.due_anyway(&locked, now)) {
+                    h.publish_quiet(locked.lane(), now);
+                    h.publish(&locked, now, false);
+                }
+            }
+        }
     }
 
     /// Inlined into the commit of most requests (the sole primary's).
