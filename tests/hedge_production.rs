@@ -490,6 +490,34 @@ fn a_newcomer_among_one_off_keys_gets_a_slot_from_quiet_targets() {
     }
 }
 
+/// A target asked for nothing since the table filled is quiet at the first
+/// halving (16 × T misses) and yields its slot then, even where a target
+/// that is not quiet, its count halved to 0 too, comes first from the hand.
+#[test]
+fn a_quiet_target_yields_at_the_first_halving_behind_one_at_zero() {
+    let mut h: Hedger<u64, Budget, 2> =
+        Hedger::with_budget(HedgeConfig::DEFAULT, Budget::Unlimited).unwrap();
+    let mut t = SEC;
+    let mut request = |h: &mut Hedger<u64, Budget, 2>, key: u64| {
+        let mut r = h.start(key, t, IDEMPOTENT);
+        let _ = h.on_commit(&mut r, Attempt::PRIMARY, t + MS);
+        t += MS;
+    };
+    // 1 and 2 take the slots; 1 is asked for once more (count 1), 2 never.
+    for key in [1, 2, 1] {
+        request(&mut h, key);
+    }
+    let mut yielded = None;
+    for i in 1..=200u64 {
+        request(&mut h, 1_000 + i);
+        if yielded.is_none() && h.window(&2).is_none() {
+            yielded = Some(i);
+        }
+    }
+    // The halving comes with the 32nd miss; the 33rd key takes the slot.
+    assert!(yielded.is_some_and(|i| i <= 33), "{yielded:?}");
+}
+
 /// The one-off request (counted from 1) at which the first of `T` targets,
 /// each asked for `asks` times, yields its slot to keys seen once.
 fn first_eviction_among_one_offs<const T: usize>(asks: u64) -> u64 {

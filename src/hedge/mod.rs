@@ -180,7 +180,14 @@
 //! seen once (a target with a thirtieth of the requests among a stream of
 //! one-off keys does), targets asked for equally often do not evict one
 //! another in turn (12 in turn over 3 slots: no eviction, where a recency
-//! rule evicts at every request), and a target asked for nothing yields
+//! rule evicts at every request) — in turn, not at random: more equal
+//! targets than slots picked at random (a random or power-of-two-choices
+//! balancer) have counts that differ by chance by more than two, and they
+//! churn the table, each eviction emptying a window before it warms. Give
+//! `T` a slot for every target that carries a steady share of the traffic
+//! (with a flat spread over many backends, every backend), or use a
+//! [`SharedHedger<B, T>`](SharedHedger), whose targets are indices with
+//! a window each and never evict. And a target asked for nothing yields
 //! its slot to any target without one (a newcomer among one-off keys gets
 //! a slot however rare it is) at the first halving that finds its count
 //! at 0: within one period (`16 × T` such requests) for a target asked for
@@ -364,7 +371,12 @@ enum BudgetScope<B> {
 /// * `S`: the sketch store; [`CollapsingLowestStore<1024>`] (4 KiB, 1 µs to
 ///   10 min at α = 1 %) by default. A window holds four sketches (exact and
 ///   censored, two halves), about 16.5 KiB by default; the hedger holds
-///   one per target plus the aggregate window, inline.
+///   one per target plus the aggregate window, inline. It is built by
+///   value, on the stack: with `T = 64` it is over 1 MiB and building it
+///   takes about twice that, more than a 2 MiB thread stack (tokio's
+///   workers, `std::thread::spawn`'s default) holds even when the result
+///   is boxed at once: build a large table on a thread with a larger
+///   stack (a [`SharedHedger`](crate::hedge::SharedHedger) too).
 /// * `M`: the index mapping of every window, [`CubicMapping`] by default.
 ///   [`LogLinearMapping`](crate::LogLinearMapping) keeps every event free
 ///   of float arithmetic (for microcontrollers without a double-precision

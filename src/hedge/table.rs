@@ -265,17 +265,23 @@ impl<K: Eq + Copy, S: Store, B, M: IndexMapping, const T: usize> Table<K, S, B, 
         }
     }
 
-    /// The slot with the smallest use count, the first from the hand among
-    /// equals.
+    /// The first quiet slot from the hand, or else the slot with the
+    /// smallest use count, the first from the hand among equals. (A quiet
+    /// slot's count is 0, as a slot's asked for once since may be: the
+    /// quiet one is taken first, since it yields to any key.)
     fn least_used(&self, len: usize) -> Option<usize> {
         let start = self.hand.checked_rem(len).unwrap_or(0);
-        let (mut victim, mut least) = (None, u8::MAX);
+        let (mut victim, mut least) = (None, u16::MAX);
         for step in 0..len {
             let i = start.wrapping_add(step).checked_rem(len).unwrap_or(0);
-            let hits = self.targets.get(i).map_or(0, |t| t.hits);
-            if victim.is_none() || hits < least {
-                (victim, least) = (Some(i), hits);
-                if hits == 0 {
+            // Quiet first (0), then by count (1 + hits).
+            let rank =
+                self.targets
+                    .get(i)
+                    .map_or(0, |t| if t.quiet { 0 } else { 1 + u16::from(t.hits) });
+            if victim.is_none() || rank < least {
+                (victim, least) = (Some(i), rank);
+                if rank == 0 {
                     break;
                 }
             }
