@@ -376,7 +376,7 @@ enum BudgetScope<B> {
 ///   takes about twice that, more than a 2 MiB thread stack (tokio's
 ///   workers, `std::thread::spawn`'s default) holds even when the result
 ///   is boxed at once: build a large table on a thread with a larger
-///   stack (a [`SharedHedger`](crate::hedge::SharedHedger) too).
+///   stack (a [`SharedHedger`] too).
 /// * `M`: the index mapping of every window, [`CubicMapping`] by default.
 ///   [`LogLinearMapping`](crate::LogLinearMapping) keeps every event free
 ///   of float arithmetic (for microcontrollers without a double-precision
