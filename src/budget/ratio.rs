@@ -478,7 +478,11 @@ impl RatioBudget {
     /// before it (a late stamp, see *Time*), else `now_ns / W`.
     #[inline]
     fn window_of(&self, now_ns: u64, window: NonZeroU64) -> (u64, bool) {
-        let k = self.marked.load(Ordering::Relaxed);
+        // Acquire, against `mark`'s release: a window read as marked has
+        // its mark visible in its slot (on weakly ordered CPUs a relaxed
+        // read could see the number first, and count the window's deposits
+        // in the window before it, raising the cap).
+        let k = self.marked.load(Ordering::Acquire);
         if Self::holds(k, now_ns, window) {
             return (k, true);
         }
@@ -633,7 +637,9 @@ impl RatioBudget {
                 Err(actual) => word = actual,
             }
         }
-        self.marked.store(k, Ordering::Relaxed);
+        // Released after the slot's mark (ours, or the one read above):
+        // see `window_of`.
+        self.marked.store(k, Ordering::Release);
         self.late.store(0, Ordering::Relaxed);
         if marked {
             // `now_ns` is in window `k`, just marked.
