@@ -128,11 +128,17 @@
 //! to them, and the windows hold published samples only (see *Batches*).
 //! During a rotation the half being cleared is the *previous* one, which no
 //! writer is adding to; a sample whose writer was preempted across two
-//! rotations may be cleared with it or survive. A refresh racing with
-//! writers estimates from some of the samples arriving during its pass,
-//! and leans low: it reads the counts before the buckets, so samples
-//! added in between sit in buckets its risk sets leave out, and it stops
-//! early. The lean grows with the samples recorded during one pass (a
+//! rotations may be cleared with it or survive. After an idle gap the
+//! window is emptied, its current half too: a thread that finds the gap
+//! while another thread holds the window's flag drops its sample (counted
+//! as refused) rather than write into a half being cleared. A refresh
+//! racing with writers estimates from some of the samples arriving during
+//! its pass, and mostly leans low: it reads the counts before the
+//! buckets, so samples added in between sit in buckets its risk sets
+//! leave out, and it stops early (a weakly ordered CPU may also show a
+//! count before its bucket: then the pass finds fewer samples than
+//! counted, and answers where its walk ends, within the buckets it read).
+//! The lean grows with the samples recorded during one pass (a
 //! pass over the occupied buckets, microseconds), which only a hot loop
 //! of records makes many. The next refresh sees every sample. The cached delay is one atomic word. A
 //! hedge refused for the in-flight cap after the budget granted it

@@ -45,9 +45,10 @@
 //!   refresh's value or the new one, never a mix.
 //! * A refresh reads counters while others add to them: its estimate is of
 //!   some mix of the samples before and during the pass (counts are read
-//!   before buckets, so a pass may end below the rank and return the
-//!   largest answer). The next refresh, 1/32 of the samples later, sees
-//!   them all.
+//!   before the buckets' bounds and the buckets, but a weakly ordered CPU
+//!   may show a writer's count before its bucket: an uncensored pass that
+//!   finds fewer samples than counted answers where its two walks meet).
+//!   The next refresh, 1/32 of the samples later, sees them all.
 //! * A rotation clears the old previous half *before* making it current,
 //!   so no sample is written into a half while it is being cleared unless
 //!   its writer read which half was current two rotations earlier (a
@@ -403,6 +404,12 @@ impl<M: IndexMapping> Side for View<'_, M> {
         let Some(mut rank) = rank.checked_sub(zeros) else {
             return Some(Answer::Zero);
         };
+        // The counts before the bounds: a sample a writer adds meanwhile,
+        // opening a bucket past them, is then not counted either.
+        let total = self
+            .count()
+            .saturating_add(other.count())
+            .saturating_sub(zeros);
         let (alo, a) = self.occupied();
         let (blo, b) = other.occupied();
         let ends = |lo: usize, run: &[AtomicU32]| {
@@ -423,10 +430,6 @@ impl<M: IndexMapping> Side for View<'_, M> {
                 .wrapping_add(u64::from(y.load(Ordering::Relaxed))),
             _ => 0,
         };
-        let total = self
-            .count()
-            .saturating_add(other.count())
-            .saturating_sub(zeros);
         if rank >= total {
             // Counted but not yet in the buckets (a racing writer).
             return Some(Answer::Largest);
@@ -440,10 +443,15 @@ impl<M: IndexMapping> Side for View<'_, M> {
         // top), however far apart the occupied buckets are.
         let mut need = total.saturating_sub(rank);
         let (mut up, mut down) = (lo, end);
+        // The occupied buckets nearest the meeting point, from each end.
+        let (mut below, mut above) = (None, None);
         while up < down {
             let c = both(up);
             if c > rank {
                 return Some(Answer::Key(self.key(up)));
+            }
+            if c > 0 {
+                below = Some(up);
             }
             rank = rank.wrapping_sub(c);
             up = up.wrapping_add(1);
@@ -456,9 +464,22 @@ impl<M: IndexMapping> Side for View<'_, M> {
             if c >= need {
                 return Some(Answer::Key(self.key(down)));
             }
+            if c > 0 {
+                above = Some(down);
+            }
             need = need.wrapping_sub(c);
         }
-        Some(Answer::Largest)
+        // The walks met without a match: the buckets held fewer samples
+        // than counted (a writer's count seen before its bucket, as weakly
+        // ordered CPUs may show them). The rank lies where they met, not at
+        // the largest sample: the lowest occupied bucket the top walk took
+        // (the bottom walk's cumulative count stayed at or below the rank
+        // up to it), else the highest the bottom walk passed.
+        Some(
+            above
+                .or(below)
+                .map_or(Answer::Largest, |i| Answer::Key(self.key(i))),
+        )
     }
 }
 
@@ -1029,6 +1050,31 @@ mod tests {
     /// buckets' total, every occupied bucket within its bounds (a writer
     /// adding during the clear broke both, in one run in two of 2 000
     /// rounds).
+    /// A count seen before its bucket's sample (a writer on a weakly
+    /// ordered CPU): the two walks meet without a match, and the answer is
+    /// the occupied bucket where they met, not the largest sample.
+    #[test]
+    fn a_count_ahead_of_its_bucket_answers_where_the_walks_meet() {
+        const MS: u64 = 1_000_000;
+        let p = params(HedgeConfig::DEFAULT.quantile(0.03).min_samples(1));
+        let w = AtomicWindow::new();
+        // 1 µs once, 1 ms 49 times, 1.5 ms once (the largest); p3, the
+        // second smallest, is 1 ms. With two samples more counted (rank 1
+        // of 53), neither walk passes it: the bottom one's count stops at
+        // the rank after 1 µs, the top one's falls short at 1 ms.
+        assert!(w.record(&p, 0, 1_000, true));
+        for _ in 0..49 {
+            assert!(w.record(&p, 0, MS, true));
+        }
+        assert!(w.record(&p, 0, 3 * MS / 2, true));
+        let (current, _) = w.halves();
+        // Two more counted than the buckets hold (two writers' counts).
+        current.exact.count.fetch_add(2, Ordering::Relaxed);
+        w.refresh(&p);
+        let q = w.cached_quantile().unwrap();
+        assert!(q.abs_diff(MS) <= MS / 100, "{q}");
+    }
+
     // A stress test of a logical race, not of undefined behaviour: its
     // thousands of windows would take Miri hours.
     #[test]
