@@ -42,8 +42,10 @@ const NS_PER_SEC: u64 = 1_000_000_000;
 /// microseconds apart), or each such stretch restarts the bucket and may
 /// give up to a burst more once the others ask again. Under concurrency the
 /// run is counted approximately (threads racing may count an ask twice or
-/// miss one); a restart is one compare-and-swap on TAT, so it never undoes
-/// a grant made meanwhile.
+/// miss one); a restart is one compare-and-swap on TAT, so it undoes no
+/// grant made meanwhile (unless grants and another restart brought TAT
+/// back to the very value it read, while its thread was stalled for over
+/// a second: an ABA case, which at worst gives a burst once more).
 ///
 /// ```
 /// use tailguard::budget::{HedgeBudget, TokenBucket};

@@ -91,7 +91,9 @@
 //!   in progress may hold older ones, within two rotation periods);
 //! * deposits go with the samples, and a thread publishes its own pending
 //!   deposits before it takes a hedge token, so the budget misses at most
-//!   the other threads' last requests (fail closed). A quiet lane's
+//!   the other threads' last requests (fail closed) — and the thread's
+//!   own, when its lane is held at that moment (by another thread
+//!   publishing it, or sharing it: more threads than the eight lanes). A quiet lane's
 //!   deposits count at the time of the publication that takes them: after
 //!   a silence in which no thread published at all, up to 63 requests a
 //!   lane count when traffic resumes, not when they were made.
