@@ -610,14 +610,14 @@ fn targets_have_their_own_windows_and_the_table_evicts() {
             source: DelaySource::Target
         }
     );
-    // A third target gets no slot until it has been asked for two more
-    // times than the less used target (target 2, five counted requests:
-    // a first one counts for nothing): six requests without one, then the
-    // seventh evicts target 2. Without a slot, and then with a cold
-    // window, it gets the aggregate window's delay (as target 2's first 5
-    // requests did).
+    // A third target gets no slot until it has been asked for twice as
+    // often as the less used target and two more times (target 2, five
+    // counted requests: a first one counts for nothing; 2 × 5 + 2 = 12):
+    // eleven requests without one, then the twelfth evicts target 2.
+    // Without a slot, and then with a cold window, it gets the aggregate
+    // window's delay (as target 2's first 5 requests did).
     assert_eq!(h.stats().aggregate_delays, 5);
-    for i in 0..7 {
+    for i in 0..12 {
         let r = h.start(3, now, IDEMPOTENT);
         assert!(
             matches!(
@@ -630,11 +630,11 @@ fn targets_have_their_own_windows_and_the_table_evicts() {
             "{:?}",
             r.plan()
         );
-        assert_eq!(h.window(&3).is_some(), i == 6, "{i}");
-        assert_eq!(h.stats().evictions, u64::from(i == 6), "{i}");
+        assert_eq!(h.window(&3).is_some(), i == 11, "{i}");
+        assert_eq!(h.stats().evictions, u64::from(i == 11), "{i}");
     }
     let s = h.stats();
-    assert_eq!((s.evictions, s.aggregate_delays), (1, 12));
+    assert_eq!((s.evictions, s.aggregate_delays), (1, 17));
     assert!(h.window(&2).is_none());
     assert!(h.window(&1).is_some());
     assert_eq!(h.delay_ns(&1, now), Some(fast));

@@ -1108,7 +1108,7 @@ fn print_many_targets(m: &scenarios::ManyTargets, run_ns: u64, out: &mut Output)
         n - 1,
         pct(m.popularity.share(n - 1)),
     );
-    println!("Hedgers keyed by target (`Hedger<u32, Budget, T>`: when the table is full, a target without a slot takes the one with the fewest recent requests once it has had two more, counts halved every 16 × T requests to targets without one), one shared default {}. A target whose own window is cold, or that has no slot, gets the delay of the aggregate window of every target's samples. *Data-driven*: requests whose delay came from measured latency, the target's own or the aggregate's; *of which aggregate*: those whose delay came from the aggregate.\n", default_budget());
+    println!("Hedgers keyed by target (`Hedger<u32, Budget, T>`: when the table is full, a target without a slot takes the one with the fewest recent requests once it has had twice as many and two more, counts halved every 16 × T requests to targets without one), one shared default {}. A target whose own window is cold, or that has no slot, gets the delay of the aggregate window of every target's samples. *Data-driven*: requests whose delay came from measured latency, the target's own or the aggregate's; *of which aggregate*: those whose delay came from the aggregate.\n", default_budget());
     println!("| strategy | p50 | p90 | p99 | p99.9 | extra load | evictions | data-driven (hot key) | of which aggregate | data-driven (other keys) | of which aggregate |");
     println!("|---|---|---|---|---|---|---|---|---|---|---|");
     for r in &m.rows {

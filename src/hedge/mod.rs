@@ -175,25 +175,27 @@
 //! a slot), whether it has a slot or is one of the 32 keys without one
 //! remembered lately. When the table is full, a target without a slot
 //! takes the slot of the least used one only once its count, this request
-//! included, is two above that one's; a target's first request counts for
-//! nothing once it has a slot. So busy targets keep their slots among keys
-//! seen once (a target with a thirtieth of the requests among a stream of
-//! one-off keys does), targets asked for equally often do not evict one
-//! another in turn (12 in turn over 3 slots: no eviction, where a recency
-//! rule evicts at every request) — in turn, not at random: more equal
-//! targets than slots picked at random (a random or power-of-two-choices
-//! balancer) have counts that differ by chance by more than two, and they
-//! churn the table, each eviction emptying a window before it warms. Give
-//! `T` a slot for every target that carries a steady share of the traffic
-//! (with a flat spread over many backends, every backend), or use a
-//! [`SharedHedger<B, T>`](SharedHedger), whose targets are indices with
-//! a window each and never evict. And a target asked for nothing yields
+//! included, is at least twice that one's and two more (`2 × c + 2`); a
+//! target's first request counts for nothing once it has a slot. So busy
+//! targets keep their slots among keys seen once (a target with a
+//! thirtieth of the requests among a stream of one-off keys does), and
+//! targets asked for equally often do not evict one another, in turn (12
+//! in turn over 3 slots: no eviction, where a recency rule evicts at every
+//! request) or at random (a random or power-of-two-choices balancer,
+//! whose counts differ by chance: 50 over 16 slots, at most 0.003
+//! evictions a request, and at least four fifths of the requests that
+//! could have their own delay have it). The slots go to the targets that took them
+//! first among equals: a newcomer displaces a busy target (15) only once
+//! that one's count falls to 6 or below. Give `T` a slot for every target
+//! that carries a steady share of the traffic where you can, or use a
+//! [`SharedHedger<B, T>`](SharedHedger), whose targets are indices with a
+//! window each and never evict. And a target asked for nothing yields
 //! its slot to any target without one (a newcomer among one-off keys gets
 //! a slot however rare it is) at the first halving that finds its count
 //! at 0: within one period (`16 × T` such requests) for a target asked for
 //! once, within four to five (at most `80 × T` requests) for a busy one at
-//! 15. A newcomer asked for often takes the slot sooner: at a count two
-//! above the idle target's, which halves each period. Every sample is also
+//! 15. A newcomer asked for often takes the slot sooner: at twice the idle
+//! target's count and two more, a count that halves each period. Every sample is also
 //! recorded in one aggregate window (when `T > 1`), and a target whose own
 //! window is cold, or that has no slot, gets the aggregate's delay
 //! ([`DelaySource::Aggregate`]) rather than none; with budgets per target

@@ -72,11 +72,14 @@ struct Candidate<K> {
 /// a new key takes a slot. When it is full, a key without one takes the
 /// slot of the least used target (among equals, the first from a hand that
 /// moves past each victim) only once its own count, this request included,
-/// is at least two above that target's: a newcomer must have been asked
-/// for more than the target it replaces, by a margin, so that targets
-/// asked for equally often keep their slots rather than evict one another
-/// in turn (one more target than slots, in turn, evicted at every request
-/// under a recency rule). A key refused a slot is served without one (the
+/// is at least twice that target's and two more: a newcomer must have been
+/// asked for about twice as often as the target it replaces, so that
+/// targets asked for equally often keep their slots rather than evict one
+/// another, in turn (one more target than slots, in turn, evicted at every
+/// request under a recency rule) or at random (where counts differ by
+/// chance, the least of a table's by more than a constant margin). A busy
+/// target (15) thus keeps its slot until its count falls to 6 or below,
+/// or it goes quiet. A key refused a slot is served without one (the
 /// hedger reads the aggregate window). An admitted key starts with its
 /// count less one: a target's first request adds nothing, so keys seen
 /// once never displace a target that was asked for, while a key that
@@ -203,8 +206,13 @@ impl<K: Eq + Copy, S: Store, B, M: IndexMapping, const T: usize> Table<K, S, B, 
             .targets
             .get(victim)
             .map_or((0, true), |t| (t.hits, t.quiet));
-        // A quiet target yields to any key; a busy one to a busier one.
-        if !quiet && hits < least.saturating_add(2) {
+        // A quiet target yields to any key; a busy one to a key asked for
+        // at least twice as often, and twice more (`2 × least + 2`): counts
+        // of keys asked for equally often, at random, differ by chance, the
+        // least of a table's by more than two, so a margin of a constant
+        // churned the table (50 equal keys at random over 16 slots: one
+        // eviction every 26 requests, the slots' windows seldom warm).
+        if !quiet && u16::from(hits) < u16::from(least).saturating_mul(2).saturating_add(2) {
             return None;
         }
         self.forget(at);
