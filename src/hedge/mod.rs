@@ -209,6 +209,23 @@
 //! [`SharedHedger<B, 1>`](SharedHedger), whose single window takes every
 //! target.
 //!
+//! Sizing `T`: a slot gives its target its own delay; the targets without
+//! one, and those whose window is still cold, share the aggregate's. The
+//! aggregate pools every target's samples as they come, so it is the
+//! traffic-weighted mix, led by the busiest targets: a busy target that
+//! turns slow raises the delay of every target without a window of its
+//! own, which then hedges less. Slots are earned by requests, not
+//! answers: a target that never answers (hung, failing fast) holds its
+//! slot while it is asked for, with a window that never warms. So give
+//! `T` at least the targets that carry most of the traffic, and every
+//! target whose latency differs from the rest; where traffic is spread
+//! evenly over more targets than that, a
+//! [`SharedHedger<B, T>`](SharedHedger) with one window per target index
+//! keeps them all. [`HedgeStats::evictions`] rising steadily says the
+//! table is too small for the traffic's spread;
+//! [`HedgeStats::aggregate_delays`] counts the requests that used the
+//! aggregate's delay (no slot, or a cold window).
+//!
 //! # Idempotency
 //! The machine cannot know whether a request is safe to send twice.
 //! [`Hedger::start`] takes an [`Idempotency`] every time, and
