@@ -32,8 +32,8 @@ pub struct HedgeStats {
     /// Requests started without a data-driven delay (no warm window: the
     /// prior applied, or nothing did).
     pub cold_starts: u64,
-    /// Requests whose delay came from the aggregate window (their target's
-    /// own window was cold).
+    /// Requests whose delay came from the aggregate window (their target
+    /// had no slot, or its own window was cold).
     pub aggregate_delays: u64,
     /// Requests not hedged because the caller said they are not idempotent.
     pub not_idempotent: u64,
@@ -56,7 +56,9 @@ pub struct HedgeStats {
     pub censored_samples: u64,
     /// Samples refused: an elapsed time above
     /// [`max_sample_ns`](super::HedgeConfig::max_sample_ns) (it cannot be
-    /// real), or one the sketch refused.
+    /// real), or one the sketch refused; in a
+    /// [`SharedHedger`](super::SharedHedger), also a sample dropped because
+    /// another thread was emptying its window after an idle gap.
     pub samples_refused: u64,
     /// Attempts whose commit or give-up came at a time before their own send
     /// (a clock that went backwards), one per attempt: their samples were
@@ -67,8 +69,8 @@ pub struct HedgeStats {
     /// their requests gave up.
     pub retries_throttled: u64,
     /// Targets evicted from the table to make room (a target without a
-    /// slot takes one only once asked for more than the least used; see
-    /// *Targets* in the module docs).
+    /// slot takes one only once asked for about twice as often as the
+    /// least used; see *Targets* in the module docs).
     pub evictions: u64,
     /// The delay given to the most recent request that hedges on a timer
     /// (ns); `None` before the first one.
