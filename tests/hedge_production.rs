@@ -433,13 +433,14 @@ fn equal_targets_over_slots<const T: usize>(
 /// (6 over 4 slots: 0.017 evictions a request, 44 % of requests on their
 /// own target's delay against 67 % possible; 50 over 16: 0.039, 7.6 %
 /// against 32 %). A newcomer must be asked for about twice as often as
-/// the slot's target: the slots stay, and their windows warm.
+/// the slot's target: the slots stay, and their windows warm (50 over 16:
+/// 0.0027 evictions a request, 0.82 of the possible own delays).
 #[test]
 fn equal_targets_picked_at_random_keep_their_slots_and_their_own_delays() {
     let check = |targets: u64, slots: u64, (churn, _, own): (f64, f64, f64)| {
         let ideal = slots as f64 / targets as f64;
         assert!(
-            churn <= 0.003 && own >= 0.8 * ideal,
+            churn <= 0.004 && own >= 0.75 * ideal,
             "{targets} over {slots}: {churn} evictions a request, {own} own delays (of {ideal})"
         );
     };
@@ -497,6 +498,68 @@ fn more_targets_than_slots_keep_hedging_on_per_target_budgets() {
             (0.07..=0.15).contains(&rate),
             "{targets} targets, random {random}: hedge rate {rate}"
         );
+    }
+}
+
+/// A newcomer busier than every target in the slots, which stay busy:
+/// `share` of the traffic on it, the rest spread evenly over the `T`
+/// targets that filled the table. Returns the request (after the table
+/// filled) at which it got a slot, and the share of its requests on its
+/// own delay.
+fn hot_newcomer<const T: usize>(share: f64, requests: u64) -> (Option<u64>, f64) {
+    use rand::rngs::StdRng;
+    let mut h: Box<Hedger<u64, Budget, T>> =
+        Box::new(Hedger::with_budget(HedgeConfig::DEFAULT, Budget::Unlimited).unwrap());
+    let mut b = Backend::lognormal(5.0, 0.5, 64);
+    let mut t = SEC;
+    for i in 0..T as u64 * 200 {
+        run_request(&mut h, &mut b, 1 + i % T as u64, t);
+        t += MS;
+    }
+    let mut pick = StdRng::seed_from_u64(7);
+    let (mut first, mut hot, mut own) = (None, 0u64, 0u64);
+    for i in 0..requests {
+        let key = if pick.random_bool(share) {
+            0
+        } else {
+            1 + pick.random_range(0..T as u64)
+        };
+        let (plan, _) = run_request(&mut h, &mut b, key, t);
+        t += MS;
+        if key == 0 {
+            hot += 1;
+            let target = matches!(
+                plan,
+                Plan::Hedge {
+                    source: DelaySource::Target,
+                    ..
+                }
+            );
+            own += u64::from(target);
+        }
+        if first.is_none() && h.window(&0).is_some() {
+            first = Some(i);
+        }
+    }
+    (first, own as f64 / hot.max(1) as f64)
+}
+
+/// A newcomer asked for more than twice as often as each target in the
+/// slots gets one soon, however busy they stay: use counts do not stop at
+/// a ceiling where "twice" could no longer be told (with counts capped at
+/// 15, a newcomer with 30 % of the traffic against 16 slots of 4.4 % each
+/// never got a slot).
+#[test]
+fn a_hot_newcomer_gets_a_slot_while_the_slots_stay_busy() {
+    let check = |slots: usize, share: f64, (first, own): (Option<u64>, f64)| {
+        assert!(
+            first.is_some_and(|i| i <= 2_000) && own >= 0.9,
+            "{slots} slots, a newcomer with {share} of the traffic: slot at {first:?}, {own} own delays"
+        );
+    };
+    for share in [0.3, 0.5, 0.9] {
+        check(4, share, hot_newcomer::<4>(share, 20_000));
+        check(16, share, hot_newcomer::<16>(share, 20_000));
     }
 }
 
@@ -601,16 +664,18 @@ fn first_eviction_among_one_offs<const T: usize>(asks: u64) -> u64 {
 
 /// How long an idle target keeps its slot among keys seen once, as the
 /// `hedge` module docs say: counts halve every `16 × T` such requests, and
-/// a target yields once its count is 0 at a halving. From a fresh aging
-/// period (as here) that is the bound: one period if asked for once, five
-/// (`80 × T`) if busy (a count of 15).
+/// a target yields once its count is 0 at a halving, or once two whole
+/// periods passed without a request for it. From a fresh aging period (as
+/// here) that is the bound: one period if asked for once, three
+/// (`48 × T`) if busy, whatever its count (100 here).
 #[test]
 fn an_idle_target_yields_its_slot_after_the_documented_periods() {
     assert_eq!(first_eviction_among_one_offs::<2>(1), 16 * 2);
     assert_eq!(first_eviction_among_one_offs::<4>(1), 16 * 4);
-    assert_eq!(first_eviction_among_one_offs::<2>(100), 80 * 2);
-    assert_eq!(first_eviction_among_one_offs::<4>(100), 80 * 4);
-    assert_eq!(first_eviction_among_one_offs::<8>(100), 80 * 8);
+    assert_eq!(first_eviction_among_one_offs::<2>(100), 48 * 2);
+    assert_eq!(first_eviction_among_one_offs::<4>(100), 48 * 4);
+    assert_eq!(first_eviction_among_one_offs::<8>(100), 48 * 8);
+    assert_eq!(first_eviction_among_one_offs::<4>(2_000), 48 * 4);
 }
 
 #[test]

@@ -12,11 +12,18 @@ pub(crate) struct Target<K, S: Store, B, M: IndexMapping> {
     /// The caller time of the target's latest request (the latest given,
     /// not the largest: one far-future timestamp cannot pin it).
     pub(crate) last_used: u64,
-    /// A recent-use count: +1 a request (at most [`MAX_HITS`]), halved
-    /// every `AGE_EVERY × T` misses (see [`Table`]).
-    hits: u8,
-    /// No request for a whole aging period (its count was 0 when counts
-    /// were last halved): any key without a slot may take it.
+    /// A recent-use count: +1 a request, halved every `AGE_EVERY × T`
+    /// misses (see [`Table`]). It saturates at 65 535, far above what
+    /// "twice as often" must tell apart (a ceiling of 15 made busy slots
+    /// look alike: a newcomer with 30 % of the traffic never took one of 16
+    /// slots at 4.4 % each).
+    hits: u16,
+    /// Whether it was asked for in the current aging period (bit 0) and
+    /// in the one before (bit 1).
+    asked: u8,
+    /// Asked for nothing lately (at the last halving its count was 0, or
+    /// it had not been asked for in the two periods before): any key
+    /// without a slot may take it.
     quiet: bool,
     /// The target's own budget, when budgets are per target.
     pub(crate) budget: Option<B>,
@@ -29,6 +36,7 @@ impl<K, S: Store, B, M: IndexMapping> Target<K, S, B, M> {
             window,
             last_used: now,
             hits: 0,
+            asked: 1,
             quiet: false,
             budget,
         }
@@ -38,14 +46,10 @@ impl<K, S: Store, B, M: IndexMapping> Target<K, S, B, M> {
     pub(crate) fn touch(&mut self, now: u64) {
         self.last_used = now;
         self.quiet = false;
-        if self.hits < MAX_HITS {
-            self.hits = self.hits.saturating_add(1);
-        }
+        self.asked |= 1;
+        self.hits = self.hits.saturating_add(1);
     }
 }
-
-/// The most a use count holds.
-const MAX_HITS: u8 = 15;
 
 /// Keys without a slot remembered, with their use counts: those evicted
 /// and those refused one, lately.
@@ -53,20 +57,20 @@ const CANDIDATES: usize = 32;
 
 /// Every `AGE_EVERY × T` misses (requests to a key without a slot, the
 /// table full) every use count is halved: counts reflect recent use, and a
-/// target that goes quiet falls to zero within four such periods (from
-/// 15), and is *quiet* at the halving after that.
+/// target asked for nothing for two whole such periods is *quiet* at the
+/// halving that ends them (sooner if its count reaches 0 first).
 const AGE_EVERY: u32 = 16;
 
 /// A key without a slot, and its recent use count.
 #[derive(Clone, Copy, Debug)]
 struct Candidate<K> {
     key: K,
-    hits: u8,
+    hits: u16,
 }
 
 /// Up to `T` targets, found by a linear scan (faster than hashing for the
 /// handful of hosts a client talks to). Each request adds one to its
-/// target's use count (up to 15); a key without a slot has a count too,
+/// target's use count; a key without a slot has a count too,
 /// while it is among the 32 remembered (evicted or refused lately; the
 /// least recently asked for is forgotten first). While the table has room
 /// a new key takes a slot. When it is full, a key without one takes the
@@ -77,20 +81,21 @@ struct Candidate<K> {
 /// targets asked for equally often keep their slots rather than evict one
 /// another, in turn (one more target than slots, in turn, evicted at every
 /// request under a recency rule) or at random (where counts differ by
-/// chance, the least of a table's by more than a constant margin). A busy
-/// target (15) thus keeps its slot until its count falls to 6 or below,
-/// or it goes quiet. A key refused a slot is served without one (the
+/// chance, the least of a table's by more than a constant margin). Counts
+/// have no ceiling that matters (65 535), so a newcomer asked for more
+/// than twice as often as a slot's target gets that slot however busy the
+/// target stays. A key refused a slot is served without one (the
 /// hedger reads the aggregate window). An admitted key starts with its
 /// count less one: a target's first request adds nothing, so keys seen
 /// once never displace a target that was asked for, while a key that
 /// starts being busy gets a slot over an unused one at its second request.
 /// Every `16 × T` misses all counts, slots' and candidates', are halved;
-/// a target whose count is 0 at a halving (asked for nothing since it
-/// reached 0) is *quiet* and yields its slot to any key without one, so
-/// targets that go quiet give their slots to newcomers however rare:
-/// within one period of their last request if asked for once, within
-/// four to five if busy (15). No timestamp is involved, so no
-/// clock anomaly can pin an entry.
+/// a target whose count is 0 at a halving, or that was asked for nothing
+/// in the two periods that halving ends, is *quiet* and yields its slot
+/// to any key without one, so targets that go quiet give their slots to
+/// newcomers however rare: within one period of their last request if
+/// asked for once, within two to three however busy they were. No
+/// timestamp is involved, so no clock anomaly can pin an entry.
 #[derive(Clone, Debug)]
 pub(crate) struct Table<K, S: Store, B, M: IndexMapping, const T: usize> {
     targets: heapless::Vec<Target<K, S, B, M>, T>,
@@ -212,7 +217,7 @@ impl<K: Eq + Copy, S: Store, B, M: IndexMapping, const T: usize> Table<K, S, B, 
         // least of a table's by more than two, so a margin of a constant
         // churned the table (50 equal keys at random over 16 slots: one
         // eviction every 26 requests, the slots' windows seldom warm).
-        if !quiet && u16::from(hits) < u16::from(least).saturating_mul(2).saturating_add(2) {
+        if !quiet && hits < least.saturating_mul(2).saturating_add(2) {
             return None;
         }
         self.forget(at);
@@ -232,12 +237,12 @@ impl<K: Eq + Copy, S: Store, B, M: IndexMapping, const T: usize> Table<K, S, B, 
     /// its count after it, and where it is. A key asked for again becomes
     /// the newest (the last to be forgotten), so a stream of keys seen
     /// once does not wipe the count of one that keeps coming back.
-    fn note(&mut self, key: K) -> (u8, usize) {
+    fn note(&mut self, key: K) -> (u16, usize) {
         if let Some(i) = self.candidates.iter().position(|c| c.key == key) {
             let hits = self
                 .candidates
                 .get(i)
-                .map_or(1, |c| c.hits.saturating_add(1).min(MAX_HITS));
+                .map_or(1, |c| c.hits.saturating_add(1));
             // The newest: the one before the next to be replaced, or the
             // last pushed while the list is not full.
             let len = self.candidates.len();
@@ -279,14 +284,14 @@ impl<K: Eq + Copy, S: Store, B, M: IndexMapping, const T: usize> Table<K, S, B, 
     /// quiet one is taken first, since it yields to any key.)
     fn least_used(&self, len: usize) -> Option<usize> {
         let start = self.hand.checked_rem(len).unwrap_or(0);
-        let (mut victim, mut least) = (None, u16::MAX);
+        let (mut victim, mut least) = (None, u32::MAX);
         for step in 0..len {
             let i = start.wrapping_add(step).checked_rem(len).unwrap_or(0);
             // Quiet first (0), then by count (1 + hits).
             let rank =
                 self.targets
                     .get(i)
-                    .map_or(0, |t| if t.quiet { 0 } else { 1 + u16::from(t.hits) });
+                    .map_or(0, |t| if t.quiet { 0 } else { u32::from(t.hits) + 1 });
             if victim.is_none() || rank < least {
                 (victim, least) = (Some(i), rank);
                 if rank == 0 {
@@ -320,7 +325,8 @@ impl<K: Eq + Copy, S: Store, B, M: IndexMapping, const T: usize> Table<K, S, B, 
         if self.misses >= period {
             self.misses = 0;
             for t in &mut self.targets {
-                t.quiet = t.hits == 0;
+                t.quiet = t.hits == 0 || t.asked & 0b11 == 0;
+                t.asked = (t.asked & 1) << 1;
                 t.hits /= 2;
             }
             for c in &mut self.candidates {
