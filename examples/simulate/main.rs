@@ -173,7 +173,8 @@ enum Scenario {
     /// cap on hedges in flight
     Overload,
     /// Replicas that each serve their attempts in order, at 30 % to 75 %
-    /// of their capacity; cancelled attempts keep their place
+    /// of their capacity; cancelled attempts keep their place, or the
+    /// servers drop them
     Queued,
 }
 

@@ -212,7 +212,7 @@ impl<K: Eq + Copy, S: Store, B, M: IndexMapping, const T: usize> Table<K, S, B, 
             .get(victim)
             .map_or((0, true), |t| (t.hits, t.quiet));
         // A quiet target yields to any key; a busy one to a key asked for
-        // at least twice as often, and twice more (`2 × least + 2`): counts
+        // at least twice as often, and two more (`2 × least + 2`): counts
         // of keys asked for equally often, at random, differ by chance, the
         // least of a table's by more than two, so a margin of a constant
         // churned the table (50 equal keys at random over 16 slots: one

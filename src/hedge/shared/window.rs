@@ -694,7 +694,9 @@ impl AtomicWindow {
         'batch: while self.started.load(Ordering::Acquire) {
             // The window as of now, in locals.
             let generation = self.generation.load(Ordering::Acquire);
-            let stored = self.time.0.load(Ordering::Relaxed);
+            // Acquire, as in `advance`: a time an emptying set is read
+            // after its clear.
+            let stored = self.time.0.load(Ordering::Acquire);
             let mut time = stored;
             let start = self.start.load(Ordering::Relaxed);
             // The sample times at which `advance` would act: more than
@@ -1044,12 +1046,6 @@ mod tests {
         assert_eq!((w.count(), w.exact_count()), (5, 4));
     }
 
-    /// Threads that all find an idle gap: one empties the window (both
-    /// halves, the current one included) while the others would write to
-    /// it. Every half must come out consistent: its count equal to its
-    /// buckets' total, every occupied bucket within its bounds (a writer
-    /// adding during the clear broke both, in one run in two of 2 000
-    /// rounds).
     /// A count seen before its bucket's sample (a writer on a weakly
     /// ordered CPU): the two walks meet without a match, and the answer is
     /// the occupied bucket where they met, not the largest sample.
@@ -1075,6 +1071,12 @@ mod tests {
         assert!(q.abs_diff(MS) <= MS / 100, "{q}");
     }
 
+    /// Threads that all find an idle gap: one empties the window (both
+    /// halves, the current one included) while the others would write to
+    /// it. Every half must come out consistent: its count equal to its
+    /// buckets' total, every occupied bucket within its bounds (a writer
+    /// adding during the clear broke both, in one run in two of 2 000
+    /// rounds).
     // A stress test of a logical race, not of undefined behaviour: its
     // thousands of windows would take Miri hours.
     #[test]
