@@ -279,7 +279,8 @@ impl Locked<'_> {
 #[inline(always)]
 fn marker() -> usize {
     let here = 0u8;
-    (core::ptr::addr_of!(here).addr() >> 20) | 1
+    // Megabyte numbers, shifted up one to keep them apart when odd.
+    (core::ptr::addr_of!(here).addr() >> 19) | 1
 }
 
 /// This thread's marker: with `std`, a number of its own, given at its
@@ -295,13 +296,16 @@ fn marker() -> usize {
     MARKER.with(|m| *m)
 }
 
-/// The lane a marker tries first (Fibonacci hashing).
+/// The lane a marker tries first (Fibonacci hashing, in 64 bits on every
+/// target: the multiplier cut to a 32-bit `usize` is 0x7F4A_7C15, about
+/// half of 2³², which sent every small marker to lane 3).
 #[inline(always)]
 fn home(marker: usize) -> usize {
-    // Truncation intended: the multiplier's low bits, on 32-bit targets.
+    // Lossless on targets up to 64 bits; the top three bits of the
+    // product are below 8.
     #[allow(clippy::cast_possible_truncation)]
-    let golden = 0x9E37_79B9_7F4A_7C15_u64 as usize;
-    (marker.wrapping_mul(golden) >> (usize::BITS - 3)) % LANES
+    let top = ((marker as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 61) as usize;
+    top % LANES
 }
 
 /// Who holds a lane.
@@ -475,6 +479,27 @@ mod tests {
     extern crate std;
 
     use super::*;
+
+    /// Threads' first lanes spread over the lanes, from markers of either
+    /// kind: `std`'s (1, 3, 5, …) and stack megabytes (around 2 GiB, as a
+    /// 32-bit target's, and 128 TiB, as a 64-bit one's). The hash is taken
+    /// in 64 bits on every target, so this holds on 32-bit ones too.
+    #[test]
+    fn first_lanes_spread_over_the_lanes() {
+        let spread = |markers: &mut dyn Iterator<Item = usize>| {
+            let mut seen = [false; LANES];
+            for m in markers {
+                seen[home(m)] = true;
+            }
+            seen.iter().filter(|&&s| s).count()
+        };
+        assert_eq!(spread(&mut (0..16).map(|i| 2 * i + 1)), LANES);
+        // Stacks a megabyte apart, as `marker` numbers them without `std`.
+        let stacks = |base: usize| (0..16).map(move |i| ((base + (i << 20)) >> 19) | 1);
+        assert!(spread(&mut stacks(0x7f00_0000)) >= 6);
+        let high = usize::try_from(0x7ff0_0000_0000_u64).unwrap_or(0x7f00_0000);
+        assert!(spread(&mut stacks(high)) >= 6);
+    }
 
     // Without `std` the marker is the stack's address, and threads' stacks
     // under Miri are not an OS's, a megabyte apart.
