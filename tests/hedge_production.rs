@@ -452,12 +452,22 @@ fn equal_targets_picked_at_random_keep_their_slots_and_their_own_delays() {
         );
     }
     for targets in [20, 24, 50] {
-        check(
-            targets,
-            16,
-            equal_targets_over_slots::<16>(targets, true, false),
-        );
+        let run = on_a_large_stack(move || equal_targets_over_slots::<16>(targets, true, false));
+        check(targets, 16, run);
     }
+}
+
+/// Runs `f` on a thread with a 64 MiB stack: a `Hedger` of 16 slots is
+/// built by value (about 300 KiB), and a debug build keeps several copies
+/// of it on the stack, more than a test thread's 2 MiB (see `Hedger`'s
+/// docs on large tables).
+fn on_a_large_stack<R: Send + 'static>(f: impl FnOnce() -> R + Send + 'static) -> R {
+    std::thread::Builder::new()
+        .stack_size(64 << 20)
+        .spawn(f)
+        .expect("a thread")
+        .join()
+        .expect("no panic")
 }
 
 /// One target more than slots, in turn, is the worst case of a recency
@@ -559,7 +569,8 @@ fn a_hot_newcomer_gets_a_slot_while_the_slots_stay_busy() {
     };
     for share in [0.3, 0.5, 0.9] {
         check(4, share, hot_newcomer::<4>(share, 20_000));
-        check(16, share, hot_newcomer::<16>(share, 20_000));
+        let run = on_a_large_stack(move || hot_newcomer::<16>(share, 20_000));
+        check(16, share, run);
     }
 }
 
